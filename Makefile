@@ -1,0 +1,53 @@
+# The course's commands. `make demo` and `make test` are the two that matter.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: help install build data demo autograde feedback test lint format lab clean
+
+help:
+	@echo "make demo       set up .venv, build the labs, grade the demo class, print the grades"
+	@echo "make test       lint and run the test suite"
+	@echo "make build      solutions/*.py -> labs/ (the student release)"
+	@echo "make data       prepare MNIST in data/cache (works offline)"
+	@echo "make autograde  grade everything under submitted/ -> gradebook, feedback/, grades.csv"
+	@echo "make lab        open JupyterLab on labs/"
+
+# The virtual environment is (re)made when pyproject.toml changes.
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "installing into $(VENV) (a few minutes the first time; log: $(VENV)/install.log)"
+	@$(PY) -m pip install --disable-pip-version-check -e '.[dev]' > $(VENV)/install.log 2>&1 \
+	  || { tail -n 30 $(VENV)/install.log; echo "pip install failed: see $(VENV)/install.log"; exit 1; }
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+build: install
+	$(PY) -m graders.build
+
+data: install
+	$(PY) -m data.mnist
+
+demo: build
+	$(PY) -m graders.demo run
+
+autograde: install
+	$(PY) -m graders.grade
+
+test: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m pytest
+
+format: install
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+lab: install
+	$(VENV)/bin/jupyter lab labs/
+
+clean:
+	rm -rf build autograded feedback gradebook.db grades.csv .pytest_cache

@@ -1,0 +1,123 @@
+"""Build the course: solutions/<lab>/<lab>.py  ->  nbgrader source notebook  ->  labs/<lab>/.
+
+The text sources are jupytext percent files whose cell headers carry a short form of the
+nbgrader metadata, for example ``# %% nbgrader={"solution": true, "grade_id": "f_xyz"}``.
+`source_notebook` expands it to nbgrader's full schema and gives every cell a stable id, so
+that building twice gives byte-identical notebooks (tests/test_build.py relies on it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jupytext
+import nbformat
+
+from graders.course import LABS, REPO, lab_source
+
+NBGRADER_SCHEMA = 3
+
+
+def full_nbgrader_metadata(short: dict, where: str) -> dict:
+    """Expand the short inline form into the metadata nbgrader expects."""
+    if "grade_id" not in short:
+        raise ValueError(f"{where}: an nbgrader cell needs a grade_id")
+    solution = bool(short.get("solution", False))
+    grade = bool(short.get("grade", False))
+    if grade and "points" not in short:
+        raise ValueError(f"{where}: graded cell {short['grade_id']!r} needs points")
+    meta = {
+        "grade": grade,
+        "grade_id": short["grade_id"],
+        "locked": bool(short.get("locked", grade and not solution)),
+        "schema_version": NBGRADER_SCHEMA,
+        "solution": solution,
+        "task": bool(short.get("task", False)),
+    }
+    if grade:
+        meta["points"] = short["points"]
+    return meta
+
+
+def source_notebook(lab: str) -> nbformat.NotebookNode:
+    """Read solutions/<lab>/<lab>.py into an nbgrader source notebook."""
+    path = lab_source(lab)
+    nb = jupytext.read(path)
+    nb.metadata.pop("jupytext", None)
+    nb.metadata["language_info"] = {"name": "python"}
+    seen = set()
+    for index, cell in enumerate(nb.cells):
+        short = cell.metadata.get("nbgrader")
+        if short is not None:
+            cell.metadata["nbgrader"] = full_nbgrader_metadata(short, f"{path}, cell {index}")
+            cell_id = short["grade_id"]
+        else:
+            cell_id = f"cell-{index:03d}"
+        if cell_id in seen:
+            raise ValueError(f"{path}: grade_id {cell_id!r} is used twice")
+        seen.add(cell_id)
+        cell["id"] = cell_id
+    return nb
+
+
+def write_sources(root: Path, labs: list[str]) -> None:
+    for lab in labs:
+        out = root / "build" / "source" / lab / f"{lab}.ipynb"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(source_notebook(lab), out)
+
+
+def nbgrader(
+    *args: str, root: Path = REPO, timeout: float | None = None
+) -> subprocess.CompletedProcess:
+    """Run the nbgrader CLI on the course in `root`, configured by REPO/nbgrader_config.py."""
+    env = dict(os.environ)
+    # nbgrader calls the `alembic` script of its own environment by name.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    cmd = [sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={root}"]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def build(root: Path = REPO, labs: list[str] | None = None, release: Path | None = None) -> Path:
+    """Write the source notebooks under root/build/source and the release under `release`.
+
+    The gradebook (root/gradebook.db) learns each lab's cells and checksums on the way: that
+    is what autograding compares submissions against.
+    """
+    labs = labs or LABS
+    release = release or root / "labs"
+    write_sources(root, labs)
+    for lab in labs:
+        result = nbgrader(
+            "generate_assignment",
+            lab,
+            "--force",
+            f"--CourseDirectory.release_directory={release}",
+            root=root,
+        )
+        if result.returncode != 0:
+            raise SystemExit(
+                f"nbgrader generate_assignment {lab} failed:\n{result.stdout}{result.stderr}"
+            )
+        extra = lab_source(lab).parent / "files"
+        if extra.is_dir():
+            shutil.copytree(extra, release / lab, dirs_exist_ok=True)
+    return release
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("labs", nargs="*", help="labs to build (default: all)")
+    args = parser.parse_args(argv)
+    release = build(labs=args.labs or None)
+    print(f"built {len(args.labs or LABS)} lab(s) into {release.relative_to(REPO)}/")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,305 @@
+"""Grade a class: submitted/<student>/<lab>/<lab>.ipynb -> gradebook, feedback/, grades.csv.
+
+nbgrader does the grading. Around it, this module:
+
+1. checks every submission folder first and reports, by path, what cannot be graded (a lab
+   that does not exist, a missing or unreadable notebook) instead of stopping the class;
+2. grades each submission in its own scratch copy of the course (a copy of the gradebook and
+   of that one submission), so the submitted files are never touched and workers never
+   share a database;
+3. merges each scratch result into the one gradebook, one at a time;
+4. writes feedback HTML and exports grades.csv with nbgrader.
+
+    python -m graders.grade [--workers N] [--lab LAB ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from graders.build import nbgrader
+from graders.course import LABS, REPO
+
+NOTEBOOK_BUDGET_S = 600  # a whole notebook, on top of nbgrader's per-cell timeout
+
+
+@dataclass
+class Submission:
+    student: str
+    lab: str
+    folder: Path
+
+
+@dataclass
+class Problem:
+    where: str
+    reason: str
+
+
+@dataclass
+class Report:
+    scores: dict[tuple[str, str], float] = field(default_factory=dict)
+    max_scores: dict[str, float] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def notebook_problem(path: Path) -> str | None:
+    """Why `path` cannot be graded as a notebook, or None if it can."""
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as error:  # nbformat raises several kinds for broken JSON
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return f"not a valid notebook file ({first[:120]})"
+    if not nb.cells:
+        return "the notebook has no cells"
+    return None
+
+
+def discover(root: Path, labs: list[str]) -> tuple[list[Submission], list[Problem]]:
+    """Every gradable submission under root/submitted, and a problem for everything else."""
+    submitted = root / "submitted"
+    found, problems = [], []
+    if not submitted.is_dir():
+        return found, [Problem(str(submitted), "no submitted/ folder: nothing to grade")]
+    for student_dir in sorted(submitted.iterdir()):
+        if not student_dir.is_dir():
+            problems.append(
+                Problem(_rel(student_dir, root), "a file where a student folder belongs")
+            )
+            continue
+        for lab_dir in sorted(student_dir.iterdir()):
+            where = _rel(lab_dir, root)
+            if lab_dir.name not in labs:
+                problems.append(Problem(where, f"there is no lab named {lab_dir.name!r}"))
+                continue
+            notebook = lab_dir / f"{lab_dir.name}.ipynb"
+            if not notebook.is_file():
+                names = ", ".join(p.name for p in lab_dir.glob("*.ipynb")) or "no notebook"
+                problems.append(Problem(where, f"expected {notebook.name}, found {names}"))
+                continue
+            reason = notebook_problem(notebook)
+            if reason:
+                problems.append(Problem(_rel(notebook, root), reason))
+                continue
+            found.append(Submission(student_dir.name, lab_dir.name, lab_dir))
+    return found, problems
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+@dataclass
+class Outcome:
+    submission: Submission
+    scratch: Path
+    error: str | None = None
+
+
+def grade_in_scratch(sub: Submission, root: Path, scratch: Path) -> Outcome:
+    """Autograde one submission in a course of its own under `scratch`."""
+    scratch.mkdir(parents=True)
+    shutil.copy2(root / "gradebook.db", scratch / "gradebook.db")
+    shutil.copytree(sub.folder, scratch / "submitted" / sub.student / sub.lab)
+    try:
+        result = nbgrader(
+            "autograde",
+            sub.lab,
+            f"--student={sub.student}",
+            "--force",
+            root=scratch,
+            timeout=NOTEBOOK_BUDGET_S,
+        )
+    except subprocess.TimeoutExpired:
+        return Outcome(
+            sub, scratch, f"stopped after the whole-notebook budget of {NOTEBOOK_BUDGET_S} s"
+        )
+    graded = scratch / "autograded" / sub.student / sub.lab / f"{sub.lab}.ipynb"
+    if result.returncode != 0 or not graded.is_file():
+        errors = [line for line in (result.stdout + result.stderr).splitlines() if "ERROR" in line]
+        return Outcome(sub, scratch, (errors[0] if errors else "nbgrader autograde failed")[:300])
+    return Outcome(sub, scratch)
+
+
+def merge(outcome: Outcome, root: Path) -> None:
+    """Copy one scratch result (grades, comments, autograded notebook) into the course."""
+    from sqlalchemy.exc import SAWarning
+
+    sub = outcome.submission
+    with warnings.catch_warnings():
+        # nbgrader's add_submission trips a harmless SQLAlchemy autoflush warning
+        warnings.simplefilter("ignore", SAWarning)
+        _merge_grades(sub, outcome.scratch / "gradebook.db", root / "gradebook.db")
+    target = root / "autograded" / sub.student / sub.lab
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(outcome.scratch / "autograded" / sub.student / sub.lab, target)
+
+
+def _merge_grades(sub: Submission, scratch_db: Path, course_db: Path) -> None:
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{scratch_db}") as src, Gradebook(f"sqlite:///{course_db}") as dst:
+        graded = src.find_submission(sub.lab, sub.student)
+        dst.update_or_create_student(sub.student)
+        try:
+            dst.remove_submission(sub.lab, sub.student)
+        except MissingEntry:
+            pass
+        dst.add_submission(sub.lab, sub.student, timestamp=graded.timestamp)
+        for nb in graded.notebooks:
+            for g in nb.grades:
+                d = dst.find_grade(g.name, nb.name, sub.lab, sub.student)
+                d.auto_score = None if g.auto_score is None else min(g.auto_score, d.max_score)
+                d.manual_score = g.manual_score
+                d.extra_credit = g.extra_credit
+                d.needs_manual_grade = g.needs_manual_grade
+            for c in nb.comments:
+                d = dst.find_comment(c.name, nb.name, sub.lab, sub.student)
+                d.auto_comment = c.auto_comment
+                d.manual_comment = c.manual_comment
+        dst.db.commit()
+
+
+def read_scores(root: Path, labs: list[str]) -> tuple[dict, dict]:
+    from nbgrader.api import Gradebook
+
+    scores, max_scores = {}, {}
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        for assignment in gb.assignments:
+            if assignment.name not in labs:
+                continue
+            max_scores[assignment.name] = assignment.max_score
+            for sub in assignment.submissions:
+                scores[(sub.student.id, assignment.name)] = sub.score
+    return scores, max_scores
+
+
+def prepare_data(labs: list[str]) -> dict[str, str]:
+    """Environment for the kernels: where the course data lives (prepared once, here)."""
+    env = {}
+    if "lab05_dynamicnet" in labs:
+        try:
+            from data import mnist
+        except ImportError:
+            return env
+        root = Path(os.environ.get("COURSE_DATA_ROOT", REPO / "data" / "cache"))
+        mnist.prepare(root)
+        env["COURSE_DATA_ROOT"] = str(root)
+    return env
+
+
+def grade_class(
+    root: Path = REPO,
+    labs: list[str] | None = None,
+    workers: int | None = None,
+    feedback: bool = True,
+    quiet: bool = False,
+) -> Report:
+    labs = labs or LABS
+    workers = workers or os.cpu_count() or 1
+    report = Report()
+    if not (root / "gradebook.db").is_file():
+        raise SystemExit(f"{root / 'gradebook.db'} is missing: run `make build` first.")
+    os.environ.update(prepare_data(labs))
+    submissions, report.problems = discover(root, labs)
+    say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    say(f"grading {len(submissions)} submission(s) on {workers} worker(s)")
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="grading-") as tmp:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [
+                pool.submit(grade_in_scratch, sub, root, Path(tmp) / f"{i:05d}")
+                for i, sub in enumerate(submissions)
+            ]
+            for done, future in enumerate(as_completed(futures), 1):
+                outcome = future.result()
+                sub = outcome.submission
+                if outcome.error:
+                    report.problems.append(Problem(_rel(sub.folder, root), outcome.error))
+                else:
+                    merge(outcome, root)
+                shutil.rmtree(outcome.scratch, ignore_errors=True)
+                elapsed = time.monotonic() - start
+                eta = elapsed / done * (len(submissions) - done)
+                where = f"{sub.student}/{sub.lab}"
+                say(f"  [{done}/{len(submissions)}] {where}  {elapsed:.0f}s, ETA {eta:.0f}s")
+    if feedback:
+        for lab in sorted({sub.lab for sub in submissions}):
+            result = nbgrader("generate_feedback", lab, "--force", root=root)
+            if result.returncode != 0:
+                report.problems.append(
+                    Problem(f"feedback/*/{lab}", "nbgrader generate_feedback failed")
+                )
+        result = nbgrader("export", f"--to={root / 'grades.csv'}", root=root)
+        if result.returncode != 0:
+            report.problems.append(Problem("grades.csv", "nbgrader export failed"))
+    report.scores, report.max_scores = read_scores(root, labs)
+    return report
+
+
+def table(report: Report, labs: list[str]) -> str:
+    students = sorted({s for s, _ in report.scores})
+    labs = [lab for lab in labs if lab in report.max_scores]
+    short = [lab.split("_")[0] for lab in labs]
+    width = max([len(s) for s in students] + [7])
+    lines = [f"{'student':<{width}}  " + "  ".join(f"{s:>7}" for s in short)]
+    lines.append(
+        f"{'(max)':<{width}}  " + "  ".join(f"{report.max_scores[lab]:>7g}" for lab in labs)
+    )
+    for student in students:
+        cells = []
+        for lab in labs:
+            score = report.scores.get((student, lab))
+            cells.append(f"{'-' if score is None else format(score, 'g'):>7}")
+        lines.append(f"{student:<{width}}  " + "  ".join(cells))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Autograde every submission under submitted/.")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="parallel workers (default: cores)"
+    )
+    parser.add_argument(
+        "--lab", action="append", dest="labs", help="grade only this lab (repeatable)"
+    )
+    parser.add_argument("--root", type=Path, default=REPO, help="the course folder (default: repo)")
+    args = parser.parse_args(argv)
+    labs = args.labs or LABS
+    unknown = set(labs) - set(LABS)
+    if unknown:
+        print(
+            f"no such lab: {', '.join(sorted(unknown))} (labs: {', '.join(LABS)})", file=sys.stderr
+        )
+        return 2
+    report = grade_class(args.root.resolve(), labs=labs, workers=args.workers)
+    print()
+    print(table(report, labs))
+    print()
+    print("grades:   grades.csv")
+    print("feedback: feedback/<student>/<lab>/<lab>.html")
+    if report.problems:
+        print(f"\n{len(report.problems)} submission(s) need a human look:")
+        for p in report.problems:
+            print(f"  {p.where}: {p.reason}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,408 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lab 2: Backpropagation walks the graph backwards
+#
+# In lab 1 you watched the forward pass *build* a graph: every operation on a tensor that
+# requires a gradient adds a node, and the node remembers how to differentiate itself.
+# This lab is about what happens when you call `backward()` on the result.
+#
+# You will see, by running code rather than by taking our word for it:
+#
+# 1. `requires_grad` spreads from inputs to everything computed from them;
+# 2. `backward()` fills `.grad` on the **leaves** only, unless you ask for more;
+# 3. the graph is freed by `backward()`, so a second call fails unless you keep it;
+# 4. gradients **accumulate** in `.grad` until you reset them;
+# 5. and you will compute the gradients of $f(x, y, z) = (x^2 + y)\,z$ yourself.
+#
+# **How this lab works.** Cells marked *exercise* are yours: replace
+# `raise NotImplementedError(...)` with your code. The cell after each exercise is a
+# *check*: run it, and if something is wrong it tells you what, in words. When you submit,
+# the same checks run again with extra hidden cases, so make the code right, not just the
+# printed numbers. Run the notebook top to bottom (*Kernel > Restart and run all*) before
+# you submit.
+
+# %% nbgrader={"locked": true, "grade_id": "setup"}
+# Setup: works in JupyterLab, VS Code and Colab. Installs torchviz only if it is missing.
+import importlib.util
+import subprocess
+import sys
+import warnings
+
+if importlib.util.find_spec("torchviz") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "torchviz"], check=False)
+
+import torch
+
+torch.manual_seed(0)
+torch.set_printoptions(precision=4, sci_mode=False)
+
+
+class CheckFailed(AssertionError):
+    """Raised by the self-checks with a message that says what is wrong."""
+
+
+def check(condition, message):
+    """Stop with a readable message when a self-check fails."""
+    if not condition:
+        raise CheckFailed(message)
+
+
+def draw(tensor, **options):
+    """Draw the graph behind `tensor` with torchviz, or say how to get the picture."""
+    try:
+        from graphviz.backend import ExecutableNotFound
+        from torchviz import make_dot
+    except ImportError:
+        print("torchviz is not installed: run `pip install torchviz` to see graph pictures.")
+        return None
+    graph = make_dot(tensor, **options)
+    try:
+        graph.pipe(format="svg")
+    except ExecutableNotFound:
+        print(
+            "No picture: the Graphviz `dot` program is missing. Install it with "
+            "`apt install graphviz`, `brew install graphviz` or `conda install graphviz` "
+            "(Colab already has it)."
+        )
+        return None
+    return graph
+
+
+print("torch", torch.__version__)
+
+# %% [markdown]
+# ## 1. The running example: one step of a recurrent cell
+#
+# We reuse lab 1's cell. Two weight matrices are parameters, so they require gradients;
+# the input `x` and the previous hidden state `h` are data, so they do not.
+#
+# $$\text{i2h} = W_x x,\quad \text{h2h} = W_h h,\quad
+#   \text{next\_h} = \tanh(\text{i2h} + \text{h2h}),\quad \text{out} = \sum_i \text{next\_h}_i$$
+
+# %%
+Wh = torch.randn(3, 3, requires_grad=True)
+Wx = torch.randn(3, 2, requires_grad=True)
+x = torch.randn(2, 1)
+h = torch.randn(3, 1)
+
+i2h = Wx @ x
+h2h = Wh @ h
+next_h = torch.tanh(i2h + h2h)
+out = next_h.sum()
+
+for name, t in [("Wh", Wh), ("Wx", Wx), ("x", x), ("h", h), ("i2h", i2h), ("out", out)]:
+    print(
+        f"{name:>4}: requires_grad={t.requires_grad!s:5}  is_leaf={t.is_leaf!s:5}  grad_fn={t.grad_fn}"
+    )
+
+# %% [markdown]
+# `requires_grad` is *contagious*: `i2h` needs a gradient because `Wx` does, and so does
+# everything computed from it. `x` and `h` were created by you and do not need one: they
+# are leaves with no gradient. `Wh` and `Wx` are the leaves that matter.
+#
+# `draw(out)` shows the graph (blue boxes are the leaves that will receive `.grad`).
+
+# %%
+draw(out)
+
+# %% [markdown]
+# ## 2. `backward()` fills `.grad` on the leaves
+#
+# `out` is a scalar, so `out.backward()` needs no argument: it computes
+# $\partial\,\text{out} / \partial W$ for every leaf $W$ that requires a gradient, and
+# stores it in `W.grad`, which has the same shape as `W`.
+
+# %%
+out.backward()
+print("d out / d Wx =\n", Wx.grad)
+print("d out / d Wh =\n", Wh.grad)
+print("x.grad =", x.grad, "(x does not require a gradient)")
+
+# %% [markdown]
+# What about `i2h`, an intermediate (non-leaf) tensor? Its gradient was computed on the way
+# (the chain rule needs it) but then thrown away to save memory. Reading `i2h.grad` gives
+# `None`, and PyTorch warns you that you probably meant something else.
+
+# %%
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    print("i2h.grad =", i2h.grad)
+print("warning:", caught[0].message if caught else "(none)")
+
+# %% [markdown]
+# To keep a non-leaf gradient, call `.retain_grad()` on it **before** `backward()`.
+#
+# ### Exercise 1 (2 points): keep the gradient of an intermediate tensor
+#
+# Write `recurrent_step(Wh, Wx, x, h)` that computes `out` as above, calls
+# `out.backward()`, and returns the tuple `(out, next_h)` where `next_h.grad` holds
+# $\partial\,\text{out}/\partial\,\text{next\_h}$ after the call. (Since `out` is a sum,
+# that gradient is all ones: a good sanity check.)
+
+
+# %% nbgrader={"solution": true, "grade_id": "recurrent_step"}
+def recurrent_step(Wh, Wx, x, h):
+    ### BEGIN SOLUTION
+    next_h = torch.tanh(Wx @ x + Wh @ h)
+    next_h.retain_grad()
+    out = next_h.sum()
+    out.backward()
+    return out, next_h
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_recurrent_step"}
+_Wh = torch.randn(3, 3, requires_grad=True)
+_Wx = torch.randn(3, 2, requires_grad=True)
+_x, _h = torch.randn(2, 1), torch.randn(3, 1)
+_result = recurrent_step(_Wh, _Wx, _x, _h)
+check(
+    isinstance(_result, tuple) and len(_result) == 2,
+    "recurrent_step should return a tuple (out, next_h).",
+)
+_out, _next_h = _result
+check(_out.dim() == 0, "out should be a scalar (a 0-d tensor): did you sum next_h?")
+check(_Wh.grad is not None, "Wh.grad is None: did you call out.backward() inside the function?")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    _g = _next_h.grad
+check(
+    _g is not None,
+    "next_h.grad is None: call next_h.retain_grad() before out.backward(), "
+    "otherwise PyTorch frees the gradient of a non-leaf tensor.",
+)
+check(
+    torch.allclose(_g, torch.ones(3, 1)),
+    "d out / d next_h should be all ones, since out = next_h.sum().",
+)
+### BEGIN HIDDEN TESTS
+for _ in range(3):
+    _Wh = torch.randn(3, 3, requires_grad=True)
+    _Wx = torch.randn(3, 2, requires_grad=True)
+    _x, _h = torch.randn(2, 1), torch.randn(3, 1)
+    _out, _next_h = recurrent_step(_Wh, _Wx, _x, _h)
+    _a = _Wx @ _x + _Wh @ _h
+    assert torch.allclose(_out, torch.tanh(_a).sum())
+    _da = 1 - torch.tanh(_a) ** 2
+    assert torch.allclose(_Wh.grad, _da @ _h.T, atol=1e-6)
+    assert torch.allclose(_Wx.grad, _da @ _x.T, atol=1e-6)
+    assert _next_h.grad is not None and torch.equal(_next_h.grad, torch.ones(3, 1))
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 3. The graph is freed by `backward()`
+#
+# During `backward()` each node frees the tensors it saved for the chain rule (here: the
+# output of `tanh`). Calling `backward()` a second time on the same graph therefore fails.
+
+# %%
+w = torch.tensor(3.0, requires_grad=True)
+y = w**2
+y.backward()
+try:
+    y.backward()
+except RuntimeError as error:
+    print("RuntimeError:", str(error).split(".")[0] + ".")
+
+# %% [markdown]
+# `backward(retain_graph=True)` keeps the saved tensors, so you may go backwards again.
+# And since gradients **add up** in `.grad` (section 4), the second call doubles it.
+#
+# ### Exercise 2 (2 points): backward twice
+#
+# Write `backward_twice(w)` that computes `y = w ** 3`, calls `backward` on it **twice**
+# without error, and returns `w.grad`. For `w = 2` the answer is $2 \times 3w^2 = 24$.
+
+
+# %% nbgrader={"solution": true, "grade_id": "backward_twice"}
+def backward_twice(w):
+    ### BEGIN SOLUTION
+    y = w**3
+    y.backward(retain_graph=True)
+    y.backward()
+    return w.grad
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_backward_twice"}
+_w = torch.tensor(2.0, requires_grad=True)
+try:
+    _g = backward_twice(_w)
+except RuntimeError as _error:
+    check(
+        False,
+        "The second backward() failed because the graph was already freed: pass "
+        f"retain_graph=True to the first call. (PyTorch said: {str(_error)[:60]}...)",
+    )
+check(_g is not None, "backward_twice returned None: return w.grad after the two calls.")
+check(
+    abs(_g.item() - 24.0) < 1e-6,
+    f"For w = 2 expected w.grad = 24 (two backward calls of 3*w**2 = 12 each), got {_g.item()}.",
+)
+### BEGIN HIDDEN TESTS
+for _v in (-1.5, 0.5, 3.0):
+    _w = torch.tensor(_v, requires_grad=True, dtype=torch.float64)
+    assert abs(backward_twice(_w).item() - 6 * _v**2) < 1e-9
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 4. Gradients accumulate
+#
+# `backward()` does not *overwrite* `.grad`: it *adds* to it. To watch this, fix the
+# inputs so every pass has the same gradient: with `Wh` all ones, `h` all ones and `x` all
+# zeros, each hidden unit is $\tanh(3)$ and every entry of
+# $\partial\,\text{out}/\partial W_h$ is $1 - \tanh^2(3) \approx 0.0099$.
+
+# %%
+Wh = torch.ones(3, 3, requires_grad=True)
+Wx = torch.ones(3, 2)
+x = torch.zeros(2, 1)
+h = torch.ones(3, 1)
+
+
+def forward():
+    return torch.tanh(Wx @ x + Wh @ h).sum()
+
+
+for i in range(3):
+    forward().backward()
+    print(f"Iter {i}:", Wh.grad.flatten()[:3], "...")
+
+# %% [markdown]
+# 0.0099, then 0.0197, then 0.0296: each pass added its gradient to the last. This is why
+# every training loop calls `optimizer.zero_grad()` (or `W.grad.zero_()`) before
+# `backward()`; lab 3 shows when accumulating on purpose is useful.
+#
+# ### Exercise 3 (2 points): one fresh gradient per pass
+#
+# Write `fresh_gradients(n)` that runs `forward()` and `backward()` `n` times on the
+# tensors above and returns a list of `n` floats: `Wh.grad[0, 0]` after each pass, with the
+# gradient **reset before each pass** so all `n` values are equal (about 0.0099).
+
+
+# %% nbgrader={"solution": true, "grade_id": "fresh_gradients"}
+def fresh_gradients(n):
+    ### BEGIN SOLUTION
+    values = []
+    for _ in range(n):
+        if Wh.grad is not None:
+            Wh.grad.zero_()
+        forward().backward()
+        values.append(Wh.grad[0, 0].item())
+    return values
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_fresh_gradients"}
+_expected = 1 - torch.tanh(torch.tensor(3.0)).item() ** 2
+_values = fresh_gradients(3)
+check(
+    isinstance(_values, list) and len(_values) == 3,
+    "fresh_gradients(3) should return a list of 3 floats.",
+)
+check(
+    all(abs(v - _expected) < 1e-6 for v in _values),
+    f"Expected three equal values of about {_expected:.4f}, got {[round(v, 4) for v in _values]}. "
+    "If they grow, the gradient is accumulating: reset Wh.grad (Wh.grad.zero_()) before each backward().",
+)
+### BEGIN HIDDEN TESTS
+Wh.grad = torch.full((3, 3), 5.0)  # stale gradient from an earlier pass must not leak in
+_values = fresh_gradients(5)
+assert len(_values) == 5 and all(abs(v - _expected) < 1e-6 for v in _values)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 5. Exercise 4 (4 points): the gradients of $f(x, y, z) = (x^2 + y)\,z$
+#
+# Break $f$ into named steps, $p = x^2$, $q = p + y$, $f = q\,z$, and compute every
+# gradient with one call to `backward()`. Choose the point $(x, y, z)$ yourself so that
+#
+# | gradient | value |
+# |---|---|
+# | df/dx | -12 |
+# | df/dy | 3 |
+# | df/dz | 6 |
+# | df/dp | 3 |
+# | df/dq | 3 |
+#
+# Work it out on paper first: $\partial f/\partial y = z$ and $\partial f/\partial z =
+# x^2 + y$, and $\partial f/\partial x = 2xz$. Create `x`, `y`, `z` as float tensors that
+# require gradients, compute `p`, `q` and `f` from them, make sure `p.grad` and `q.grad`
+# will be kept, and call `f.backward()`.
+
+# %% nbgrader={"solution": true, "grade_id": "f_xyz"}
+### BEGIN SOLUTION
+x = torch.tensor(-2.0, requires_grad=True)
+y = torch.tensor(2.0, requires_grad=True)
+z = torch.tensor(3.0, requires_grad=True)
+p = x**2
+q = p + y
+f = q * z
+p.retain_grad()
+q.retain_grad()
+f.backward()
+### END SOLUTION
+
+# %% nbgrader={"locked": true, "grade_id": "f_xyz_print"}
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    for _name, _t in [("x", x), ("y", y), ("z", z), ("p", p), ("q", q)]:
+        print(f"df/d{_name} =", None if _t.grad is None else _t.grad.item())
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_f_leaves"}
+for _name, _t in [("x", x), ("y", y), ("z", z)]:
+    check(
+        _t.is_leaf and _t.requires_grad,
+        f"{_name} should be a leaf tensor created with requires_grad=True.",
+    )
+    check(_t.grad is not None, f"{_name}.grad is None: did you call f.backward()?")
+check(abs(y.grad.item() - 3) < 1e-6, f"df/dy = z should be 3, got {y.grad.item()}: choose z = 3.")
+check(abs(z.grad.item() - 6) < 1e-6, f"df/dz = x**2 + y should be 6, got {z.grad.item()}.")
+check(
+    abs(x.grad.item() + 12) < 1e-6,
+    f"df/dx = 2*x*z should be -12, got {x.grad.item()}: with z = 3, x must be -2.",
+)
+### BEGIN HIDDEN TESTS
+assert abs(f.item() - 18.0) < 1e-6
+assert x.item() == -2.0 and y.item() == 2.0 and z.item() == 3.0
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_f_intermediates"}
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    check(
+        p.grad is not None and q.grad is not None,
+        "p.grad or q.grad is None: call p.retain_grad() and q.retain_grad() before f.backward().",
+    )
+check(
+    not p.is_leaf and not q.is_leaf,
+    "p and q should be computed from x and y (p = x**2, q = p + y), not created directly.",
+)
+check(
+    abs(p.grad.item() - 3) < 1e-6,
+    f"df/dp should be 3 (df/dp = df/dq * dq/dp = z), got {p.grad.item()}.",
+)
+check(abs(q.grad.item() - 3) < 1e-6, f"df/dq = z should be 3, got {q.grad.item()}.")
+### BEGIN HIDDEN TESTS
+assert q.grad_fn is not None and type(q.grad_fn).__name__.startswith("AddBackward")
+assert p.grad_fn is not None and type(p.grad_fn).__name__.startswith("PowBackward")
+assert f.grad_fn is not None and type(f.grad_fn).__name__.startswith("MulBackward")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## What you have seen
+#
+# * `backward()` applies the chain rule from the output back to every leaf that requires a
+#   gradient, and leaves the result in `.grad`.
+# * Intermediate gradients are dropped unless you call `retain_grad()`.
+# * The graph is freed after one backward pass; `retain_graph=True` keeps it.
+# * `.grad` accumulates across passes: reset it between optimisation steps.
+#
+# Next, lab 3 turns accumulation from a trap into a tool.

@@ -1,0 +1,90 @@
+"""The release in labs/ is what `make build` makes from solutions/, and it works."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from graders.build import full_nbgrader_metadata
+from graders.course import LABS, REPO
+
+NBGRADER = [sys.executable, "-m", "nbgrader"]
+ENV = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))
+
+
+def release_path(lab):
+    return REPO / "labs" / lab / f"{lab}.ipynb"
+
+
+def test_every_lab_has_a_release():
+    assert LABS, "no lab found under solutions/"
+    released = sorted(p.name for p in (REPO / "labs").iterdir() if p.is_dir())
+    assert released == LABS, "labs/ and solutions/ disagree: run `make build`"
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_release_is_not_stale(course, lab):
+    fresh = json.loads((course / "labs" / lab / f"{lab}.ipynb").read_text())
+    committed = json.loads(release_path(lab).read_text())
+    assert committed == fresh, f"labs/{lab} is stale: run `make build` and commit labs/"
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_release_needs_nothing_from_this_repository(lab):
+    nb = json.loads(release_path(lab).read_text())
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert not re.search(r"^\s*(from|import)\s+(graders|data|solutions)\b", code, re.M)
+    assert "BEGIN SOLUTION" not in code and "BEGIN HIDDEN TESTS" not in code
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_solution_passes_nbgrader_validate(course, lab):
+    result = subprocess.run(
+        [*NBGRADER, "validate", str(course / "build" / "source" / lab / f"{lab}.ipynb")],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=REPO,
+    )
+    assert "Success! Your notebook passes all the tests." in result.stdout, result.stdout[-3000:]
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_release_fails_every_check(lab, tmp_path):
+    result = subprocess.run(
+        [*NBGRADER, "validate", "--invert", str(release_path(lab))],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=tmp_path,
+    )
+    assert "Success! The notebook does not pass any tests." in result.stdout, result.stdout[-3000:]
+
+
+def test_short_metadata_is_expanded():
+    meta = full_nbgrader_metadata({"grade": True, "points": 2, "grade_id": "t"}, "here")
+    assert meta == {
+        "grade": True,
+        "grade_id": "t",
+        "locked": True,
+        "schema_version": 3,
+        "solution": False,
+        "task": False,
+        "points": 2,
+    }
+    answer = full_nbgrader_metadata({"solution": True, "grade_id": "a"}, "here")
+    assert answer["solution"] and not answer["locked"] and "points" not in answer
+
+
+@pytest.mark.parametrize(
+    "short, complaint",
+    [({"solution": True}, "needs a grade_id"), ({"grade": True, "grade_id": "t"}, "needs points")],
+)
+def test_bad_metadata_is_reported(short, complaint):
+    with pytest.raises(ValueError, match=complaint):
+        full_nbgrader_metadata(short, "lab.py, cell 3")
