@@ -1,0 +1,700 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lab 4: Names, in-place operations and `detach`
+#
+# Python code reads as if it changed values: `y = w2 * y` looks like "multiply `y` by `w2`",
+# and `w -= lr * grad` looks like "move `w` a little". Autograd sees something else. It records
+# a graph of *tensors*, not of *names*, and it has to be sure that the tensors it saved during
+# the forward pass are still the same when it walks back over them.
+#
+# In this lab you will see, by running code:
+#
+# 1. that reassigning a name creates a **new node** and leaves the old one in the graph;
+# 2. when an **in-place** operation is harmless, when it breaks `backward()` (the *version
+#    counter* error) and how to fix it;
+# 3. why parameters are updated in place under `torch.no_grad()`;
+# 4. what `detach()`, `detach().clone()`, `torch.no_grad()` and `torch.inference_mode()` each
+#    share with the original tensor and what each records in the graph;
+# 5. and how `detach()` builds a *stop-gradient* target.
+#
+# **How this lab works.** Cells marked *exercise* are yours: replace
+# `raise NotImplementedError(...)` with your code. The cell after each exercise is a
+# *check*: run it, and if something is wrong it tells you what, in words. When you submit,
+# the same checks run again with extra hidden cases, so make the code right, not just the
+# printed numbers. Run the notebook top to bottom (*Kernel > Restart and run all*) before
+# you submit.
+
+# %% nbgrader={"locked": true, "grade_id": "setup"}
+# Setup: works in JupyterLab, VS Code and Colab. Installs torchviz only if it is missing.
+import importlib.util
+import subprocess
+import sys
+import warnings
+
+if importlib.util.find_spec("torchviz") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "torchviz"], check=False)
+
+import torch
+
+torch.manual_seed(0)
+torch.set_printoptions(precision=4, sci_mode=False)
+
+
+class CheckFailed(AssertionError):
+    """Raised by the self-checks with a message that says what is wrong."""
+
+
+def check(condition, message):
+    """Stop with a readable message when a self-check fails."""
+    if not condition:
+        raise CheckFailed(message)
+
+
+def draw(tensor, **options):
+    """Draw the graph behind `tensor` with torchviz, or say how to get the picture."""
+    try:
+        from graphviz.backend import ExecutableNotFound
+        from torchviz import make_dot
+    except ImportError:
+        print("torchviz is not installed: run `pip install torchviz` to see graph pictures.")
+        return None
+    graph = make_dot(tensor, **options)
+    try:
+        graph.pipe(format="svg")
+    except ExecutableNotFound:
+        print(
+            "No picture: the Graphviz `dot` program is missing. Install it with "
+            "`apt install graphviz`, `brew install graphviz` or `conda install graphviz` "
+            "(Colab already has it)."
+        )
+        return None
+    return graph
+
+
+print("torch", torch.__version__)
+
+# %% [markdown]
+# ## 1. A name is not a node
+#
+# Take two weights $w_1 = w_2 = 2$ and an input $x = 4$, and write the computation the way
+# one would on paper, reusing the name `y`:
+#
+# $$y = w_1 x,\qquad y = w_2\, y,\qquad \text{out} = y^2 .$$
+#
+# We ask for the gradient of the last `y` (it is not a leaf, so we call `retain_grad()`).
+
+# %%
+w1 = torch.tensor(2.0, requires_grad=True)
+w2 = torch.tensor(2.0, requires_grad=True)
+x = torch.tensor(4.0, requires_grad=True)
+
+y = w1 * x
+first_y = y  # a second name for the same tensor, kept only to look at it later
+y = w2 * y
+y.retain_grad()
+out = y**2
+out.backward()
+
+print("y =", y.item(), "  d out / d y =", y.grad.item())
+print("is `y` still the first tensor?", y is first_y)
+print("first y:", first_y.grad_fn, "  second y:", y.grad_fn)
+
+# %% [markdown]
+# `y.grad` is **32**, not 64. The second line did not change the tensor that `y` named: it
+# built a *new* node `w2 * y` and moved the label `y` onto it. The first node (value 8) is
+# still in the graph, between `w1`, `x` and the new `y`, and it has a gradient of its own:
+#
+# $$\frac{\partial\,\text{out}}{\partial y_\text{second}} = 2\,y_\text{second} = 2 \cdot 16
+#   = 32, \qquad
+#   \frac{\partial\,\text{out}}{\partial y_\text{first}} = 2\,y_\text{second} \cdot w_2 = 64 .$$
+#
+# Whoever expects 64 is thinking of the first node, but after the reassignment the name
+# only reaches the second. The picture shows two `MulBackward0` nodes, one per line of code:
+
+# %%
+draw(out)
+
+# %% [markdown]
+# ### Exercise 1 (2 points): the gradient of every `y`
+#
+# Write `node_gradients(w1, w2, x)` that computes `y = w1 * x`, then `y = w2 * y`, then
+# `out = y ** 2`, calls `out.backward()` once, and returns the tuple
+# `(grad_first, grad_second)`: the gradient of `out` with respect to the **first** `y` node
+# and with respect to the **second** one, as tensors. For $w_1 = w_2 = 2$, $x = 4$ the answer
+# is `(64, 32)`.
+#
+# Hint: a non-leaf keeps its `.grad` only if you call `retain_grad()` on it, and you can
+# only call it on a tensor you can still reach by some name.
+
+
+# %% nbgrader={"solution": true, "grade_id": "node_gradients"}
+def node_gradients(w1, w2, x):
+    ### BEGIN SOLUTION
+    y = w1 * x
+    y_first = y
+    y_first.retain_grad()
+    y = w2 * y
+    y.retain_grad()
+    out = y**2
+    out.backward()
+    return y_first.grad, y.grad
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_node_gradients"}
+_w1 = torch.tensor(2.0, requires_grad=True)
+_w2 = torch.tensor(2.0, requires_grad=True)
+_x = torch.tensor(4.0, requires_grad=True)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    _result = node_gradients(_w1, _w2, _x)
+check(
+    isinstance(_result, tuple) and len(_result) == 2,
+    "node_gradients should return a tuple of two gradients (grad_first, grad_second).",
+)
+_g1, _g2 = _result
+check(
+    _g1 is not None and _g2 is not None,
+    "One of the gradients is None: call retain_grad() on each y node before out.backward(). "
+    "Keep a second name on the first y before you reassign y, or you cannot reach it any more.",
+)
+check(_x.grad is not None, "x.grad is None: did you call out.backward() inside the function?")
+check(
+    abs(_g2.item() - 32) < 1e-6,
+    f"The gradient of the second y should be 2 * y = 32, got {_g2.item()}.",
+)
+check(
+    abs(_g1.item() - 64) < 1e-6,
+    f"The gradient of the first y should be 2 * y * w2 = 64, got {_g1.item()}. If you got 32, "
+    "you returned the second node's gradient twice: after `y = w2 * y` the name y points to "
+    "the new node, not the first one.",
+)
+### BEGIN HIDDEN TESTS
+for _ in range(3):
+    _a, _b, _c = (torch.randn((), dtype=torch.float64) for _ in range(3))
+    _w1, _w2, _x = (t.clone().requires_grad_() for t in (_a, _b, _c))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _g1, _g2 = node_gradients(_w1, _w2, _x)
+    _y2 = _a * _b * _c
+    assert torch.allclose(_g2, 2 * _y2)
+    assert torch.allclose(_g1, 2 * _y2 * _b)
+    assert torch.allclose(_x.grad, 2 * _y2 * _a * _b)
+    assert torch.allclose(_w1.grad, 2 * _y2 * _b * _c)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 2. In-place operations and the version counter
+#
+# An *in-place* operation writes its result into the memory of an existing tensor instead of
+# making a new one: `t.add_(1)`, `t.mul_(3)`, `t += 1`, `t[0] = 5`, `torch.relu_(t)`. No new
+# node for the value; the same tensor now holds other numbers.
+#
+# That is a problem only if autograd **saved** the old numbers for the backward pass. Every
+# tensor carries a *version counter*, `t._version`, which each in-place operation bumps.
+# A backward node remembers the version of every tensor it saved, and checks it again when
+# `backward()` reaches it.
+#
+# **Allowed.** `b = a * 2` saves the constant 2 and nothing of `b` (the derivative of `2a` with
+# respect to `a` does not depend on the result), so changing `b` afterwards is harmless:
+
+# %%
+a = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+b = a * 2
+print("version of b before:", b._version)
+b.add_(1)
+print("version of b after: ", b._version, "  b =", b)
+b.sum().backward()
+print("a.grad =", a.grad, "(correct: d(2a + 1)/da = 2)")
+
+# %% [markdown]
+# **Not allowed.** The derivative of $e^a$ is $e^a$ itself, so `torch.exp` saves its
+# **output**. Adding 1 to that output in place destroys the number the backward pass needs:
+
+# %%
+a = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+e = a.exp()
+e.add_(1)  # same as `e += 1`
+try:
+    e.sum().backward()
+except RuntimeError as error:
+    print("RuntimeError:", str(error).split(" Hint")[0])
+
+# %% [markdown]
+# Read the message from left to right: *one of the variables needed for gradient computation
+# has been modified by an inplace operation*; it is a float tensor of shape `[3]`, the
+# *output 0 of Exp* (the result of `exp`), it *is at version 1* and autograd *expected
+# version 0*. That names the culprit: the result of `exp` was changed after `exp` saved it.
+#
+# There are two fixes, both of which give autograd its own copy of the numbers it saved:
+#
+# * write it **out of place**, `e = a.exp() + 1`: a new tensor, the saved one is untouched;
+# * or **clone** before changing, `e = a.exp().clone(); e.add_(1)`: the in-place op now hits
+#   the copy.
+#
+# Which operations save what is not something to memorise: try it, and if the error appears,
+# the message tells you which output was overwritten. (Functions whose backward needs their
+# output: `exp`, `tanh`, `sigmoid`, `relu`, `sqrt`, among others; functions that need their
+# *input*, such as `pow`, `sin` or `a * b` of two tensors, break when the input is changed.)
+
+# %%
+a = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+e = a.exp() + 1
+e.sum().backward()
+print("out of place: a.grad =", a.grad, " (= exp(a))")
+
+# %% [markdown]
+# ### Exercise 2 (3 points): break it, then fix it
+#
+# Both functions below compute the same number,
+#
+# $$\text{out}(x) = \sum_i 3 \tanh(x_i),$$
+#
+# and return it as a scalar tensor.
+#
+# * `broken(x)` must compute it with an **in-place** operation on the output of `torch.tanh`,
+#   so that `broken(x).backward()` raises the version counter error. (Remember which value the
+#   derivative of `tanh` needs: $\frac{d}{dx}\tanh x = 1 - \tanh^2 x$.)
+# * `fixed(x)` must compute the same value so that `fixed(x).backward()` works and fills
+#   `x.grad` with the right gradient, $3\,(1 - \tanh^2 x)$.
+#
+# Neither function may change `x` itself.
+
+
+# %% nbgrader={"solution": true, "grade_id": "broken"}
+def broken(x):
+    ### BEGIN SOLUTION
+    t = torch.tanh(x)
+    t.mul_(3)
+    return t.sum()
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 1, "grade_id": "test_broken"}
+_x = torch.tensor([-1.0, 0.0, 0.5, 2.0], requires_grad=True)
+_x_before = _x.detach().clone()
+try:
+    _out = broken(_x)
+except RuntimeError as _error:
+    _out = None
+    check(
+        False,
+        "broken(x) failed before backward(): it must run forward and fail only in backward(). "
+        f"PyTorch said: {str(_error)[:90]}... (change the output of torch.tanh, not the leaf x)",
+    )
+check(
+    isinstance(_out, torch.Tensor) and _out.dim() == 0,
+    "broken(x) should return a scalar tensor: did you sum?",
+)
+check(torch.equal(_x.detach(), _x_before), "broken(x) changed x itself: leave the input alone.")
+check(
+    torch.allclose(_out.detach(), (3 * torch.tanh(_x_before)).sum()),
+    f"broken(x) should still compute sum(3 * tanh(x)) = {(3 * torch.tanh(_x_before)).sum():.4f}, "
+    f"got {_out.item():.4f}.",
+)
+_raised = None
+try:
+    _out.backward()
+except RuntimeError as _error:
+    _raised = str(_error)
+check(
+    _raised is not None,
+    "broken(x).backward() ran without error. The in-place change must hit a tensor that "
+    "autograd saved: tanh saves its *output*, so change the result of torch.tanh in place "
+    "(for example with mul_) instead of making a new tensor.",
+)
+check(
+    "modified by an inplace operation" in _raised,
+    f"backward() failed, but not with the version counter error. PyTorch said: {_raised[:120]}",
+)
+### BEGIN HIDDEN TESTS
+for _ in range(3):
+    _x = torch.randn(7, dtype=torch.float64, requires_grad=True)
+    _x_before = _x.detach().clone()
+    _out = broken(_x)
+    assert torch.allclose(_out.detach(), (3 * torch.tanh(_x_before)).sum())
+    assert torch.equal(_x.detach(), _x_before)
+    try:
+        _out.backward()
+        assert False, "broken(x).backward() should fail"
+    except RuntimeError as _error:
+        assert "modified by an inplace operation" in str(_error)
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"solution": true, "grade_id": "fixed"}
+def fixed(x):
+    ### BEGIN SOLUTION
+    t = torch.tanh(x) * 3
+    return t.sum()
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_fixed"}
+_x = torch.tensor([-1.0, 0.0, 0.5, 2.0], requires_grad=True)
+_x_before = _x.detach().clone()
+try:
+    _out = fixed(_x)
+except RuntimeError as _error:
+    _out = None
+    check(False, f"fixed(x) raised an error in the forward pass. PyTorch said: {str(_error)[:120]}")
+check(
+    isinstance(_out, torch.Tensor) and _out.dim() == 0,
+    "fixed(x) should return a scalar tensor: did you sum?",
+)
+check(torch.equal(_x.detach(), _x_before), "fixed(x) changed x itself: leave the input alone.")
+check(
+    torch.allclose(_out.detach(), (3 * torch.tanh(_x_before)).sum()),
+    f"fixed(x) should compute sum(3 * tanh(x)) = {(3 * torch.tanh(_x_before)).sum():.4f}, "
+    f"got {_out.item():.4f}.",
+)
+check(
+    _out.requires_grad,
+    "fixed(x) returns a tensor that is not part of the graph (requires_grad is False): "
+    "torch.no_grad() or detach() hides the error by recording nothing, so there is no "
+    "gradient at all. Make a new tensor instead of changing the saved one.",
+)
+try:
+    _out.backward()
+except RuntimeError as _error:
+    check(False, f"fixed(x).backward() still fails. PyTorch said: {str(_error)[:120]}")
+_expected = 3 * (1 - torch.tanh(_x_before) ** 2)
+check(
+    _x.grad is not None and torch.allclose(_x.grad, _expected, atol=1e-6),
+    f"x.grad should be 3 * (1 - tanh(x)**2) = {_expected}, got {_x.grad}.",
+)
+### BEGIN HIDDEN TESTS
+for _ in range(3):
+    _x = torch.randn(2, 5, dtype=torch.float64, requires_grad=True)
+    _x_before = _x.detach().clone()
+    _out = fixed(_x)
+    assert torch.allclose(_out.detach(), (3 * torch.tanh(_x_before)).sum())
+    _out.backward()
+    assert torch.equal(_x.detach(), _x_before)
+    assert torch.allclose(_x.grad, 3 * (1 - torch.tanh(_x_before) ** 2))
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 3. In place on a leaf: updating parameters
+#
+# A leaf that requires a gradient (a parameter) is where the gradient ends up, so autograd
+# refuses any in-place change to it while it is recording: the change itself would have to be
+# part of the graph, and the leaf would stop being a leaf.
+
+# %%
+w = torch.ones(3, requires_grad=True)
+try:
+    w += 1
+except RuntimeError as error:
+    print("RuntimeError:", error)
+
+# %% [markdown]
+# Yet a training step must change the parameters, and in place: the optimizer, the model and
+# any other code hold references to *this* tensor, and `w = w - lr * w.grad` would only move
+# the name `w` to a new, non-leaf tensor (section 1 again). The answer is to switch the
+# recording off: inside `with torch.no_grad():` nothing is recorded, so in-place changes to a
+# leaf are allowed, and the leaf stays a leaf that requires a gradient.
+
+# %%
+w.grad = torch.tensor([0.5, -1.0, 2.0])
+storage = w.data_ptr()
+with torch.no_grad():
+    w -= 0.1 * w.grad
+print("w =", w)
+print("same memory:", w.data_ptr() == storage, "  is_leaf:", w.is_leaf, "  version:", w._version)
+
+# %% [markdown]
+# ### Exercise 3 (3 points): a gradient-descent step by hand
+#
+# Write `sgd_step(params, lr)` that takes a list of leaf tensors whose `.grad` has been filled
+# by `backward()`, and for each parameter `p`
+#
+# 1. updates it **in place**, $p \leftarrow p - \text{lr}\cdot\nabla_p$, so that whoever holds
+#    `p` sees the new values, and it is still a leaf that requires a gradient;
+# 2. then resets its gradient to zero (`p.grad.zero_()`; setting `p.grad = None` is fine
+#    too), so the next `backward()` starts afresh (lab 2).
+#
+# It returns nothing. This is what `torch.optim.SGD(params, lr).step()` followed by
+# `zero_grad()` does.
+
+
+# %% nbgrader={"solution": true, "grade_id": "sgd_step"}
+def sgd_step(params, lr):
+    ### BEGIN SOLUTION
+    with torch.no_grad():
+        for p in params:
+            p -= lr * p.grad
+            p.grad.zero_()
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_sgd_update"}
+_w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+_b = torch.tensor(0.5, requires_grad=True)
+(_w * torch.tensor([1.0, -1.0, 2.0])).sum().add(_b * 4).backward()
+_ids, _ptrs = (id(_w), id(_b)), (_w.data_ptr(), _b.data_ptr())
+try:
+    sgd_step([_w, _b], 0.1)
+except RuntimeError as _error:
+    check(
+        False,
+        "sgd_step raised an error. If PyTorch complains about 'a leaf Variable that requires "
+        "grad is being used in an in-place operation', do the update inside "
+        f"`with torch.no_grad():`. PyTorch said: {str(_error)[:100]}",
+    )
+check(
+    torch.allclose(_w.detach(), torch.tensor([0.9, 2.1, 2.8])) and abs(_b.item() - 0.1) < 1e-6,
+    f"After one step with lr = 0.1 expected w = [0.9, 2.1, 2.8] and b = 0.1, got "
+    f"w = {_w.detach()} and b = {_b.item():.4f}. If nothing changed, `p = p - lr * p.grad` only "
+    "rebinds the loop variable to a new tensor: change p in place (p -= ..., or p.sub_(...)).",
+)
+check(
+    _w.is_leaf and _w.requires_grad and _b.is_leaf and _b.requires_grad,
+    "After the step the parameters should still be leaves that require a gradient.",
+)
+check(
+    (id(_w), id(_b)) == _ids and (_w.data_ptr(), _b.data_ptr()) == _ptrs,
+    "The parameters moved to new memory: update them in place so every holder sees the change.",
+)
+### BEGIN HIDDEN TESTS
+_params = [torch.randn(4, 3, requires_grad=True), torch.randn(3, requires_grad=True)]
+_target = torch.randn(5, 3)
+_inp = torch.randn(5, 4)
+((_inp @ _params[0] + _params[1] - _target) ** 2).mean().backward()
+_expected = [(p - 0.05 * p.grad).detach() for p in _params]
+_ptrs = [p.data_ptr() for p in _params]
+sgd_step(_params, 0.05)
+for _p, _e, _ptr in zip(_params, _expected, _ptrs, strict=True):
+    assert torch.allclose(_p.detach(), _e, atol=1e-6)
+    assert _p.is_leaf and _p.requires_grad and _p.data_ptr() == _ptr
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "points": 1, "grade_id": "test_sgd_zero"}
+_w = torch.tensor([1.0, 2.0], requires_grad=True)
+(_w * torch.tensor([3.0, -1.0])).sum().backward()
+try:
+    sgd_step([_w], 0.1)
+except RuntimeError as _error:
+    check(False, f"sgd_step raised an error (see the check above). PyTorch said: {_error}")
+check(
+    _w.grad is None or torch.count_nonzero(_w.grad).item() == 0,
+    f"After sgd_step, w.grad should be zeros, got {_w.grad}: reset it (p.grad.zero_()) so the "
+    "next backward() does not add to the old gradient.",
+)
+### BEGIN HIDDEN TESTS
+# Two steps of the same gradient must move w by exactly two steps, not 1 + 2.
+_w = torch.tensor([1.0, 2.0], requires_grad=True)
+for _ in range(2):
+    (_w * torch.tensor([3.0, -1.0])).sum().backward()
+    sgd_step([_w], 0.1)
+assert torch.allclose(_w.detach(), torch.tensor([0.4, 2.2]), atol=1e-6)
+assert _w.grad is None or torch.count_nonzero(_w.grad).item() == 0
+### END HIDDEN TESTS
+
+# %% [markdown]
+# With `sgd_step` you can train. Here is a straight line, $y = 3x - 1$, fitted from noisy
+# points: the forward pass builds a fresh graph at every step, `backward()` fills the
+# gradients, and your step moves the two parameters in place.
+
+# %%
+gen = torch.Generator().manual_seed(4)
+xs = torch.linspace(-1, 1, 64)
+ys = 3 * xs - 1 + 0.1 * torch.randn(64, generator=gen)
+slope = torch.zeros((), requires_grad=True)
+intercept = torch.zeros((), requires_grad=True)
+for step in range(201):
+    loss = ((slope * xs + intercept - ys) ** 2).mean()
+    loss.backward()
+    sgd_step([slope, intercept], 0.1)
+    if step % 50 == 0:
+        print(
+            f"step {step:3d}  loss {loss.item():.4f}  slope {slope.item():.3f}  "
+            f"intercept {intercept.item():.3f}"
+        )
+
+# %% [markdown]
+# ## 4. Four ways to step outside the graph
+#
+# Four tools keep autograd from recording. They are easy to mix up, so let us put each one to
+# the same questions: does the result **share memory** with the original, is it **in the
+# graph** (`requires_grad`, `grad_fn`), and can it be **used later** in a computation that
+# autograd records?
+
+# %%
+x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+base = x * 2  # a tensor in the graph
+
+results = {}
+results["base.detach()"] = base.detach()
+results["base.detach().clone()"] = base.detach().clone()
+with torch.no_grad():
+    results["no_grad: base * 1"] = base * 1
+with torch.inference_mode():
+    results["inference_mode: base * 1"] = base * 1
+
+
+def usable_later(t):
+    """Can `t` take part in a new recorded computation and its backward pass?"""
+    try:
+        (t * x).sum().backward()
+        return True
+    except RuntimeError:
+        return False
+
+
+print(
+    f"{'':26}{'same memory':>12}{'requires_grad':>15}{'grad_fn':>9}{'inference':>11}{'usable':>8}"
+)
+for name, t in results.items():
+    same = t.data_ptr() == base.data_ptr()
+    print(
+        f"{name:26}{same!s:>12}{t.requires_grad!s:>15}{t.grad_fn is not None!s:>9}"
+        f"{t.is_inference()!s:>11}{usable_later(t)!s:>8}"
+    )
+
+# %% [markdown]
+# What the table says:
+#
+# * `detach()` makes a new tensor object over the **same memory**, outside the graph. It is
+#   cheap, but it is a window onto the original numbers (next cell).
+# * `detach().clone()` also copies the memory: a snapshot that nothing else can change.
+# * `torch.no_grad()` is not about one tensor: it turns recording off for everything computed
+#   inside the block. Results are ordinary tensors with no `grad_fn`, in new memory as usual
+#   (`base * 1` computes new numbers), and they can feed a recorded computation later.
+# * `torch.inference_mode()` is `no_grad` taken further: it also skips the version counter,
+#   which makes it a little faster, and marks its results as *inference tensors* that autograd
+#   refuses to save later. Use it for pure evaluation, `no_grad` when the results may feed a
+#   recorded computation later.
+#
+# The window of `detach()` also carries the version counter. Change the detached tensor in
+# place and the original changes too, and autograd notices:
+
+# %%
+a = torch.tensor([0.5, 1.0], requires_grad=True)
+e = a.exp()
+view = e.detach()
+view.zero_()
+print("e after zeroing the detached view:", e, "  version:", e._version)
+try:
+    e.sum().backward()
+except RuntimeError as error:
+    print("RuntimeError:", str(error).split(" Hint")[0])
+
+# %% [markdown]
+# And here is what a detached branch does to the graph: with `y = x.detach() ** 2`, the
+# branch through `y` is cut off, so only $z = x^3$ sends a gradient back to `x`.
+
+# %%
+x = torch.ones(3, requires_grad=True)
+y = x.detach() ** 2
+z = x**3
+out = (y + z).sum()
+out.backward()
+print("x.grad =", x.grad, " (only d(x**3)/dx = 3; the y branch contributes nothing)")
+draw(out)
+
+# %% [markdown]
+# ## 5. Exercise 4 (2 points): a stop-gradient target
+#
+# Sometimes a model is trained toward a target that it computes itself. In temporal-difference
+# learning (the idea behind DQN), a linear value estimate $v(s) = w \cdot s$ is pulled toward
+#
+# $$\text{target} = r + \gamma\, v(s') = r + \gamma\, w \cdot s' ,$$
+#
+# using the loss $(v(s) - \text{target})^2$. The target is built from the same weights, but it
+# is meant as a *fixed* goal for this step: we want to move the prediction toward the target,
+# not the target toward the prediction. So the gradient must flow through $v(s)$ only:
+#
+# $$\nabla_w = 2\,\big(v(s) - \text{target}\big)\, s .$$
+#
+# Write `bootstrap_loss(w, s, r, s_next, gamma)` that returns this loss as a scalar tensor,
+# such that `loss.backward()` gives exactly that gradient. `w`, `s` and `s_next` are 1-d
+# tensors of the same length; `r` and `gamma` are numbers.
+
+
+# %% nbgrader={"solution": true, "grade_id": "bootstrap_loss"}
+def bootstrap_loss(w, s, r, s_next, gamma):
+    ### BEGIN SOLUTION
+    prediction = (w * s).sum()
+    target = r + gamma * (w.detach() * s_next).sum()
+    return (prediction - target) ** 2
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_bootstrap_loss"}
+_w = torch.tensor([0.5, -1.0, 2.0], requires_grad=True)
+_s = torch.tensor([1.0, 2.0, 0.5])
+_s_next = torch.tensor([0.0, 1.0, 2.0])
+_loss = bootstrap_loss(_w, _s, 1.0, _s_next, 0.5)
+_pred, _target = -0.5, 1.0 + 0.5 * 3.0
+check(
+    isinstance(_loss, torch.Tensor) and _loss.dim() == 0,
+    "bootstrap_loss should return a scalar tensor.",
+)
+check(
+    abs(_loss.item() - (_pred - _target) ** 2) < 1e-5,
+    f"Expected loss (v(s) - target)**2 = {(_pred - _target) ** 2}, got {_loss.item():.4f}.",
+)
+check(
+    _loss.requires_grad,
+    "The loss does not require a gradient: detach only the target, not the prediction.",
+)
+_loss.backward()
+_only_pred = 2 * (_pred - _target) * _s
+_through_both = 2 * (_pred - _target) * (_s - 0.5 * _s_next)
+check(
+    not torch.allclose(_w.grad, _through_both),
+    f"w.grad = {_w.grad} also contains the gradient through the target (gamma * w . s_next). "
+    "Detach the target's use of w so the target is a constant for this step.",
+)
+check(
+    torch.allclose(_w.grad, _only_pred),
+    f"w.grad should be 2 * (v(s) - target) * s = {_only_pred}, got {_w.grad}.",
+)
+### BEGIN HIDDEN TESTS
+for _ in range(3):
+    _w = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    _s, _s_next = torch.randn(5, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+    _r, _gamma = torch.randn(()).item(), 0.9
+    _w_before = _w.detach().clone()
+    _loss = bootstrap_loss(_w, _s, _r, _s_next, _gamma)
+    _pred = (_w_before * _s).sum()
+    _target = _r + _gamma * (_w_before * _s_next).sum()
+    assert torch.allclose(_loss.detach(), (_pred - _target) ** 2)
+    _loss.backward()
+    assert torch.allclose(_w.grad, 2 * (_pred - _target) * _s)
+    assert torch.equal(_w.detach(), _w_before)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# To see what the `detach()` changed, compare the two gradients on the same numbers: with the
+# full gradient, part of every step would go into moving the target away from the prediction.
+
+# %%
+w = torch.tensor([0.5, -1.0, 2.0], requires_grad=True)
+s, s_next = torch.tensor([1.0, 2.0, 0.5]), torch.tensor([0.0, 1.0, 2.0])
+full = ((w * s).sum() - (1.0 + 0.5 * (w * s_next).sum())) ** 2
+(full_grad,) = torch.autograd.grad(full, w)
+bootstrap_loss(w, s, 1.0, s_next, 0.5).backward()
+print("gradient through both sides:  ", full_grad)
+print("stop-gradient target (yours): ", w.grad)
+
+# %% [markdown]
+# ## What you have seen
+#
+# * Reassigning a name makes a new node; the old one stays in the graph with its own
+#   gradient. Names are labels, the graph holds tensors.
+# * An in-place operation is fine unless autograd saved the tensor it overwrites; then the
+#   version counter catches it at `backward()`. Fix it by computing out of place or cloning.
+# * Parameters are updated in place under `torch.no_grad()`, and their gradients reset.
+# * `detach()` shares memory (and the version counter), `detach().clone()` copies,
+#   `no_grad()` records nothing inside its block, `inference_mode()` records nothing and makes
+#   tensors that autograd will not accept later.
+# * `detach()` turns part of a loss into a constant: a stop-gradient target.
