@@ -1,0 +1,653 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lab 1: The forward pass builds the graph
+#
+# NumPy computes a number and forgets how it got there. PyTorch computes the same number
+# and, when a tensor asks for gradients, it also writes down *how* the number was made:
+# one node per operation, linked to the nodes of its inputs. That record is the
+# **computational graph**, and PyTorch builds it again, from scratch, every time your code
+# runs. Nothing is declared in advance: the graph is whatever your Python actually did.
+#
+# In this lab you will:
+#
+# 1. build the graph of one step of a recurrent cell, operation by operation, and look at
+#    it after each step;
+# 2. walk the graph by hand through `grad_fn` and `next_functions`, then write a function
+#    that walks it for you;
+# 3. predict which tensors are tracked (`requires_grad`, `is_leaf`, `grad_fn`) before
+#    PyTorch tells you;
+# 4. find, from the graph alone, which tensors will receive a gradient.
+#
+# **How this lab works.** Cells marked *exercise* are yours: replace
+# `raise NotImplementedError(...)` with your code. The cell after each exercise is a
+# *check*: run it, and if something is wrong it tells you what, in words. When you submit,
+# the same checks run again with extra hidden cases, so make the code right, not just the
+# printed numbers. Run the notebook top to bottom (*Kernel > Restart and run all*) before
+# you submit.
+
+# %% nbgrader={"locked": true, "grade_id": "setup"}
+# Setup: works in JupyterLab, VS Code and Colab. Installs torchviz only if it is missing.
+import importlib.util
+import subprocess
+import sys
+import warnings
+
+if importlib.util.find_spec("torchviz") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "torchviz"], check=False)
+
+import torch
+
+torch.manual_seed(0)
+torch.set_printoptions(precision=4, sci_mode=False)
+
+
+class CheckFailed(AssertionError):
+    """Raised by the self-checks with a message that says what is wrong."""
+
+
+def check(condition, message):
+    """Stop with a readable message when a self-check fails."""
+    if not condition:
+        raise CheckFailed(message)
+
+
+def draw(tensor, **options):
+    """Draw the graph behind `tensor` with torchviz, or say how to get the picture."""
+    try:
+        from graphviz.backend import ExecutableNotFound
+        from torchviz import make_dot
+    except ImportError:
+        print("torchviz is not installed: run `pip install torchviz` to see graph pictures.")
+        return None
+    graph = make_dot(tensor, **options)
+    try:
+        graph.pipe(format="svg")
+    except ExecutableNotFound:
+        print(
+            "No picture: the Graphviz `dot` program is missing. Install it with "
+            "`apt install graphviz`, `brew install graphviz` or `conda install graphviz` "
+            "(Colab already has it)."
+        )
+        return None
+    return graph
+
+
+print("torch", torch.__version__)
+
+# %% [markdown]
+# ## 1. One step of a recurrent cell, built step by step
+#
+# Our running example is the update of a tiny recurrent network: a hidden state `h` of 3
+# numbers and an input `x` of 2 numbers are mixed by two weight matrices and squashed by
+# $\tanh$; we then sum the new state to get one number to differentiate later.
+#
+# $$\text{i2h} = W_x x,\qquad \text{h2h} = W_h h,\qquad
+#   \text{next\_h} = \tanh(\text{i2h} + \text{h2h}),\qquad
+#   \text{out} = \textstyle\sum_i \text{next\_h}_i$$
+#
+# | tensor | shape | requires a gradient? |
+# |---|---|---|
+# | `Wh` | 3 x 3 | yes: a parameter we will train |
+# | `Wx` | 3 x 2 | yes: a parameter we will train |
+# | `x` | 2 x 1 | no: data |
+# | `h` | 3 x 1 | no: the previous state, given |
+#
+# We start with the four inputs alone. None of them was computed from anything, so none
+# has a `grad_fn` yet: there is no graph.
+
+# %%
+Wh = torch.randn(3, 3, requires_grad=True)
+Wx = torch.randn(3, 2, requires_grad=True)
+x = torch.randn(2, 1)
+h = torch.randn(3, 1)
+params = {"Wh": Wh, "Wx": Wx}  # names for draw(): make_dot labels these leaves
+
+for _name, _t in [("Wh", Wh), ("Wx", Wx), ("x", x), ("h", h)]:
+    print(
+        f"{_name}: shape {tuple(_t.shape)}, requires_grad={_t.requires_grad}, grad_fn={_t.grad_fn}"
+    )
+
+# %% [markdown]
+# **Step 1.** Multiply the input by its weights. The result remembers the operation that
+# made it: `i2h.grad_fn` is a node called `MmBackward0` ("the backward of a matrix
+# multiply"), and PyTorch prints it next to the values.
+
+# %%
+i2h = Wx @ x
+print(i2h)
+draw(i2h, params=params)
+
+# %% [markdown]
+# **Step 2.** The same for the hidden state. A second, separate `MmBackward0` node appears:
+# one node per operation that ran, even when two operations are of the same kind.
+
+# %%
+h2h = Wh @ h
+print(h2h)
+draw(h2h, params=params)
+
+# %% [markdown]
+# **Step 3.** Add the two and apply $\tanh$. We write it the way people often do, reusing
+# one name: `next_h` first names the sum, then the $\tanh$ of the sum. Python moves the
+# *name*, but the graph keeps the old tensor's node: the sum is still there, just without
+# a variable pointing at it.
+
+# %%
+next_h = i2h + h2h
+print("the sum:     ", next_h.grad_fn)
+next_h = torch.tanh(next_h)
+print("after tanh:  ", next_h.grad_fn)
+print("and its input is still the sum:", next_h.grad_fn.next_functions[0][0])
+draw(next_h, params=params)
+
+# %% [markdown]
+# **Step 4.** Sum the three hidden units into the scalar `out`. This is the complete graph.
+
+# %%
+out = next_h.sum()
+print(out)
+draw(out, params=params)
+
+# %% [markdown]
+# ### Reading a torchviz picture
+#
+# `draw(t)` calls torchviz's `make_dot(t)` (if your machine has no Graphviz program, it
+# says so instead of drawing; everything else in this lab works without it). In the
+# picture, the **arrows run the way `backward()` will run**, from the output back to the
+# leaves, and the colours mean:
+#
+# * **grey** boxes are backward nodes, the `grad_fn` objects: `SumBackward0`,
+#   `TanhBackward0`, `AddBackward0`, `MmBackward0`, and `AccumulateGrad`;
+# * **blue** boxes are leaf tensors that require a gradient (here `Wh` and `Wx`, named
+#   because we passed `params=`): the tensors whose `.grad` `backward()` will fill, each
+#   hanging from its own `AccumulateGrad` node;
+# * the **green** box is the tensor you asked to draw (`out`);
+# * **orange** boxes appear with `show_saved=True`: the tensors a node *saved* during the
+#   forward pass because its derivative needs them (the chain rule for a matrix product
+#   needs both factors; $\tanh'(a) = 1 - \tanh^2(a)$ needs the result).
+#
+# `show_attrs=True` prints the non-tensor attributes a node saved, such as the shape of
+# the tensor that `sum` reduced, inside the grey boxes. `x` and `h` appear nowhere: they
+# do not require gradients, so no gradient will ever flow to them.
+#
+# You can read the saved tensors in code too: their names start with `_saved_`.
+
+# %%
+draw(out, params=params, show_saved=True, show_attrs=True)
+tanh_node = next_h.grad_fn
+print("TanhBackward0 saved its result:", torch.equal(tanh_node._saved_result, next_h))
+mm_node = i2h.grad_fn
+print("MmBackward0 saved x as mat2:   ", torch.equal(mm_node._saved_mat2, x))
+print("SumBackward0 saved the input shape:", out.grad_fn._saved_self_sym_sizes)
+
+# %% [markdown]
+# ## 2. Walking the graph by hand: `grad_fn` and `next_functions`
+#
+# Every node has a tuple `next_functions`: one entry `(node, index)` per input of the
+# operation, pointing at the node that produced that input. An input that does not need a
+# gradient gives `(None, 0)`. Start at `out.grad_fn` and follow the first entry each time:
+
+# %%
+node = out.grad_fn
+for _step in range(4):
+    print(f"{type(node).__name__:>15}  next_functions = {node.next_functions}")
+    node = node.next_functions[0][0]
+print(f"{type(node).__name__:>15}  next_functions = {node.next_functions}")
+
+# %% [markdown]
+# The walk ended at an `AccumulateGrad` node with no inputs. That is what a **leaf** that
+# requires a gradient looks like from inside the graph: `backward()` arrives there and
+# *accumulates* (adds) the incoming gradient into the tensor's `.grad`. The node holds on to
+# its tensor as `.variable`. Notice also the `(None, 0)` in the matrix multiply's
+# `next_functions`: that is `x`, which needs no gradient, so there is nothing to walk to.
+
+# %%
+mm_node = i2h.grad_fn
+acc = mm_node.next_functions[0][0]
+print(mm_node.next_functions)
+print("acc.variable is Wx:", acc.variable is Wx)
+
+# %% [markdown]
+# ### A tensor used twice is one node with two edges
+#
+# What if the same tensor feeds two operations? The graph does **not** copy it: there is
+# one node, and two arrows lead to it. For `a * a` the multiply's two inputs are the very
+# same `AccumulateGrad` object. For an intermediate tensor `u` used by `sin` and `cos`,
+# both branches point back at the one `MmBackward0` that made `u`. (This is why, in lab 3,
+# a weight used twice gets the *sum* of two gradients.)
+
+# %%
+a = torch.randn(3, requires_grad=True)
+sq = (a * a).sum()
+first, second = sq.grad_fn.next_functions[0][0].next_functions
+print("a * a:", first[0], second[0], "same node:", first[0] is second[0])
+
+u = Wx @ x
+branches = (u.sin() + u.cos()).sum()
+add_node = branches.grad_fn.next_functions[0][0]
+sin_node, cos_node = (pair[0] for pair in add_node.next_functions)
+print(
+    "sin and cos lead to the same MmBackward0:",
+    sin_node.next_functions[0][0] is cos_node.next_functions[0][0],
+)
+draw(branches)
+
+# %% [markdown]
+# ### Exercise 1 (4 points): walk the whole graph
+#
+# Write `walk(t)` that returns `(nodes, edges)`, the graph behind the tensor `t`:
+#
+# * `nodes`: a list of the backward nodes reachable from `t.grad_fn` (the `grad_fn`
+#   objects themselves, `AccumulateGrad` nodes included), **each node exactly once**,
+#   starting with `t.grad_fn`. The order of the others is up to you (breadth-first, in the
+#   order of `next_functions`, is a natural choice).
+# * `edges`: a list of pairs `(parent, child)`, one for **every** entry of
+#   `parent.next_functions` whose node is not `None`; `child` is that node. So `a * a`
+#   gives the pair `(MulBackward0, AccumulateGrad)` twice: a tensor used twice is two
+#   edges into one node.
+# * If `t.grad_fn` is `None` (a leaf, or a tensor that is not tracked), return `([], [])`.
+#
+# Compare nodes by identity (`is`, or `id(node)` in a set), not by name: the recurrent
+# cell has two different nodes both called `MmBackward0`.
+#
+# `show_graph(nodes, edges)` (defined below) prints your result, numbering the nodes so that
+# two nodes with the same name can be told apart.
+
+
+# %% nbgrader={"locked": true, "grade_id": "graph_helpers"}
+def node_name(node):
+    """The class name of a backward node, e.g. 'MmBackward0' or 'AccumulateGrad'."""
+    return type(node).__name__
+
+
+def show_graph(nodes, edges):
+    """Print a graph given as (nodes, edges); nodes are numbered in the order of `nodes`."""
+    number = {id(n): i for i, n in enumerate(nodes)}
+
+    def label(n):
+        return f"{node_name(n)}#{number.get(id(n), '?')}"
+
+    print(f"{len(nodes)} nodes, {len(edges)} edges")
+    for parent, child in edges:
+        print(f"  {label(parent):>20} -> {label(child)}")
+
+
+def _graph_problems(result, t, expected_nodes, expected_edges):
+    """Plain-words differences between a student's walk(t) and the expected graph."""
+    from collections import Counter
+
+    if not (isinstance(result, tuple) and len(result) == 2):
+        return ["walk(t) should return a tuple (nodes, edges)."]
+    nodes, edges = result
+    if not isinstance(nodes, list) or not isinstance(edges, list):
+        return ["walk(t) should return two lists: (nodes, edges)."]
+    problems = []
+    counts = Counter(id(n) for n in nodes)
+    twice = {node_name(n) for n in nodes if counts[id(n)] > 1}
+    if twice:
+        problems.append(
+            f"these nodes are listed more than once: {sorted(twice)}. A node reached along "
+            "two paths is still one node: remember which nodes you have already visited."
+        )
+    want = {id(n): n for n in expected_nodes}
+    missing = sorted(node_name(n) for i, n in want.items() if i not in counts)
+    extra = sorted({node_name(n) for n in nodes if id(n) not in want})
+    if any(n is None for n in nodes):
+        problems.append("nodes contains None: skip the (None, 0) entries of next_functions.")
+    if missing:
+        problems.append(f"nodes is missing {missing}.")
+    if extra:
+        problems.append(f"nodes has nodes that are not in the graph: {extra}.")
+    if nodes and nodes[0] is not t.grad_fn:
+        problems.append("nodes[0] should be t.grad_fn, the node where the walk starts.")
+    try:
+        got = Counter((id(p), id(c)) for p, c in edges)
+    except (TypeError, ValueError):
+        return problems + ["every edge should be a pair (parent, child) of nodes."]
+    names = {id(n): node_name(n) for n in expected_nodes}
+    for (p, c), k in Counter((id(p), id(c)) for p, c in expected_edges).items():
+        if got.get((p, c), 0) != k:
+            problems.append(
+                f"the edge {names[p]} -> {names[c]} should appear {k} time(s), you have it "
+                f"{got.get((p, c), 0)} time(s). Every non-None entry of next_functions is one edge."
+            )
+    wanted = {(id(p), id(c)) for p, c in expected_edges}
+    if any(pair not in wanted for pair in got):
+        problems.append(
+            "edges has pairs that are not edges of the graph: each pair must be (parent, child) "
+            "with child taken from parent.next_functions (check the order inside the pair)."
+        )
+    return problems
+
+
+# %% nbgrader={"solution": true, "grade_id": "walk"}
+def walk(t):
+    ### BEGIN SOLUTION
+    if t.grad_fn is None:
+        return [], []
+    nodes, edges = [t.grad_fn], []
+    seen = {id(t.grad_fn)}
+    i = 0
+    while i < len(nodes):
+        parent = nodes[i]
+        i += 1
+        for child, _index in parent.next_functions:
+            if child is None:
+                continue
+            edges.append((parent, child))
+            if id(child) not in seen:
+                seen.add(id(child))
+                nodes.append(child)
+    return nodes, edges
+    ### END SOLUTION
+
+
+# %%
+show_graph(*walk(out))
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_walk_chain"}
+# The recurrent cell: no tensor is used twice, so the graph is a tree.
+_s = out.grad_fn
+_tanh = _s.next_functions[0][0]
+_add = _tanh.next_functions[0][0]
+_mm_x, _mm_h = (pair[0] for pair in _add.next_functions)
+_acc_x, _acc_h = _mm_x.next_functions[0][0], _mm_h.next_functions[0][0]
+_expected_nodes = [_s, _tanh, _add, _mm_x, _mm_h, _acc_x, _acc_h]
+_expected_edges = [
+    (_s, _tanh),
+    (_tanh, _add),
+    (_add, _mm_x),
+    (_add, _mm_h),
+    (_mm_x, _acc_x),
+    (_mm_h, _acc_h),
+]
+_problems = _graph_problems(walk(out), out, _expected_nodes, _expected_edges)
+check(not _problems, "walk(out) for the recurrent cell: " + " ".join(_problems))
+check(
+    walk(Wh) == ([], []),
+    "walk(Wh) should be ([], []): Wh is a leaf, its grad_fn is None, there is no graph behind it.",
+)
+### BEGIN HIDDEN TESTS
+with torch.no_grad():
+    _untracked = Wh @ h
+assert walk(_untracked) == ([], [])
+_p = torch.randn(4, requires_grad=True)
+_chain = _p.exp().log().mul(3).sum()
+_n = [_chain.grad_fn]
+while _n[-1].next_functions:
+    _n.append(_n[-1].next_functions[0][0])
+assert not _graph_problems(walk(_chain), _chain, _n, list(zip(_n, _n[1:], strict=False)))
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_walk_shared"}
+# A leaf used twice (a * a) and an intermediate tensor used by two branches (sin and cos).
+_sq = (a * a).sum()
+_sum, _mul = _sq.grad_fn, _sq.grad_fn.next_functions[0][0]
+_acc = _mul.next_functions[0][0]
+_problems = _graph_problems(
+    walk(_sq), _sq, [_sum, _mul, _acc], [(_sum, _mul), (_mul, _acc), (_mul, _acc)]
+)
+check(not _problems, "walk((a * a).sum()): " + " ".join(_problems))
+
+_u = Wx @ x
+_out2 = (_u.sin() + _u.cos()).sum()
+_s = _out2.grad_fn
+_add = _s.next_functions[0][0]
+_sin, _cos = (pair[0] for pair in _add.next_functions)
+_mm = _sin.next_functions[0][0]
+_acc = _mm.next_functions[0][0]
+_expected_nodes = [_s, _add, _sin, _cos, _mm, _acc]
+_expected_edges = [(_s, _add), (_add, _sin), (_add, _cos), (_sin, _mm), (_cos, _mm), (_mm, _acc)]
+_problems = _graph_problems(walk(_out2), _out2, _expected_nodes, _expected_edges)
+check(not _problems, "walk((u.sin() + u.cos()).sum()): " + " ".join(_problems))
+### BEGIN HIDDEN TESTS
+
+
+def _reference_walk(t):
+    if t.grad_fn is None:
+        return [], []
+    order, pairs, stack, seen = [], [], [t.grad_fn], set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        order.append(n)
+        for c, _ in n.next_functions:
+            if c is not None:
+                pairs.append((n, c))
+                stack.append(c)
+    return order, pairs
+
+
+# a recurrent cell unrolled over 3 steps: Wh and Wx are shared by every step
+_hs = torch.randn(3, 1)
+for _ in range(3):
+    _hs = torch.tanh(Wx @ torch.randn(2, 1) + Wh @ _hs)
+_rnn = _hs.sum()
+# a diamond with a leaf used by two different operations, and a multi-output op
+_q = torch.randn(4, requires_grad=True)
+_r = torch.randn(4, requires_grad=True)
+_left, _right = (_q * _r + _q).split(2)
+_diamond = (_left * _right).sum() + _q.sum()
+for _t in (_rnn, _diamond):
+    _ref_nodes, _ref_edges = _reference_walk(_t)
+    assert not _graph_problems(walk(_t), _t, _ref_nodes, _ref_edges)
+    assert len(walk(_t)[0]) == len(_ref_nodes)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 3. `requires_grad` is contagious
+#
+# The rule PyTorch follows is short:
+#
+# * a tensor you create yourself is a **leaf**; it requires a gradient only if you say so
+#   (`requires_grad=True`);
+# * the result of an operation requires a gradient if **any** input does, and then it is
+#   not a leaf: it has a `grad_fn`;
+# * a result nobody needs a gradient for is not recorded at all: it is again a leaf with
+#   `grad_fn = None`;
+# * two ways to switch recording off: inside `with torch.no_grad():` nothing is recorded,
+#   and `t.detach()` gives a tensor that shares `t`'s data but is cut off from the graph.
+#
+# ### Exercise 2 (2 points): predict, then run
+#
+# For each expression below (built from `a`, which requires a gradient, and `b`, which does
+# not), predict the triple `(requires_grad, is_leaf, grad_fn)` **before running anything**.
+# For `grad_fn`, give the class name of the node as a string, such as `"MulBackward0"` (the
+# number at the end may be left off: `"MulBackward"` is fine), or `None`. Hints: indexing
+# one element is a *select*, and a sum is `SumBackward0`.
+#
+# Fill in the dictionary `predictions` with one entry per expression. The check tells you
+# which ones PyTorch disagrees with; then run the cell after it to see the whole table.
+
+# %% nbgrader={"locked": true, "grade_id": "expressions"}
+a = torch.randn(3, requires_grad=True)
+b = torch.randn(3)
+
+
+def _a_times_two_without_grad():
+    with torch.no_grad():
+        return a * 2
+
+
+EXPRESSIONS = {
+    "a": lambda: a,
+    "b": lambda: b,
+    "a * b": lambda: a * b,
+    "b * 2": lambda: b * 2,
+    "torch.ones(3) + 1": lambda: torch.ones(3) + 1,
+    "a.sum()": lambda: a.sum(),
+    "a[0]": lambda: a[0],
+    "a.detach()": lambda: a.detach(),
+    "a.detach() * 2": lambda: a.detach() * 2,
+    "with torch.no_grad(): a * 2": _a_times_two_without_grad,
+    "(a * 2).detach().requires_grad_()": lambda: (a * 2).detach().requires_grad_(),
+    "torch.tanh(b) + a": lambda: torch.tanh(b) + a,
+}
+for _expression in EXPRESSIONS:
+    print(_expression)
+
+# %% nbgrader={"solution": true, "grade_id": "predictions"}
+### BEGIN SOLUTION
+predictions = {
+    "a": (True, True, None),
+    "b": (False, True, None),
+    "a * b": (True, False, "MulBackward0"),
+    "b * 2": (False, True, None),
+    "torch.ones(3) + 1": (False, True, None),
+    "a.sum()": (True, False, "SumBackward0"),
+    "a[0]": (True, False, "SelectBackward0"),
+    "a.detach()": (False, True, None),
+    "a.detach() * 2": (False, True, None),
+    "with torch.no_grad(): a * 2": (False, True, None),
+    "(a * 2).detach().requires_grad_()": (True, True, None),
+    "torch.tanh(b) + a": (True, False, "AddBackward0"),
+}
+### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_predictions"}
+def _actual(expression):
+    t = EXPRESSIONS[expression]()
+    return t.requires_grad, t.is_leaf, None if t.grad_fn is None else type(t.grad_fn).__name__
+
+
+def _same_name(predicted, actual):
+    if predicted is None or actual is None:
+        return predicted is None and actual is None
+    return isinstance(predicted, str) and predicted.rstrip("0123456789") == actual.rstrip(
+        "0123456789"
+    )
+
+
+check(
+    isinstance(predictions, dict),
+    "predictions should be a dict: expression -> (requires_grad, is_leaf, grad_fn).",
+)
+_missing = [e for e in EXPRESSIONS if e not in predictions]
+check(
+    not _missing, f"predictions has no entry for: {_missing}. Copy each expression string exactly."
+)
+_wrong = []
+for _expression in EXPRESSIONS:
+    _p = predictions[_expression]
+    check(
+        isinstance(_p, tuple) and len(_p) == 3,
+        f"predictions[{_expression!r}] should be a triple (requires_grad, is_leaf, grad_fn), got {_p!r}.",
+    )
+    _rg, _leaf, _fn = _actual(_expression)
+    _diff = []
+    if _p[0] != _rg:
+        _diff.append(f"requires_grad is {_rg}, not {_p[0]}")
+    if _p[1] != _leaf:
+        _diff.append(f"is_leaf is {_leaf}, not {_p[1]}")
+    if not _same_name(_p[2], _fn):
+        _diff.append(f"grad_fn is {_fn}, not {_p[2]}")
+    if _diff:
+        _wrong.append(f"{_expression}: " + ", ".join(_diff))
+check(
+    not _wrong,
+    f"{len(_wrong)} of {len(EXPRESSIONS)} predictions disagree with PyTorch, which says: "
+    + "; ".join(_wrong)
+    + ". Re-read the rules above: an op result is tracked only if an input requires a gradient "
+    "and recording is on.",
+)
+### BEGIN HIDDEN TESTS
+assert all(isinstance(_p[0], bool) and isinstance(_p[1], bool) for _p in predictions.values())
+assert all(_same_name(predictions[_e][2], _actual(_e)[2]) for _e in EXPRESSIONS)
+### END HIDDEN TESTS
+
+# %%
+print(f"{'expression':<36} {'requires_grad':<14} {'is_leaf':<8} grad_fn")
+for _expression in EXPRESSIONS:
+    _t = EXPRESSIONS[_expression]()
+    _fn = None if _t.grad_fn is None else type(_t.grad_fn).__name__
+    print(f"{_expression:<36} {_t.requires_grad!s:<14} {_t.is_leaf!s:<8} {_fn}")
+
+# %% [markdown]
+# Two rows deserve a second look. `torch.ones(3) + 1` and `b * 2` are leaves even though
+# they were *computed*: nothing in them needs a gradient, so nothing was recorded, and a
+# tensor with no history is a leaf. And `(a * 2).detach().requires_grad_()` is a leaf that
+# requires a gradient, like a fresh parameter: `detach()` cut its history, so a gradient
+# computed through it stops there and never reaches `a`.
+#
+# ## 4. Which tensors will get a gradient?
+#
+# `backward()` fills `.grad` exactly on the tensors hanging from the `AccumulateGrad`
+# nodes of the graph. You can therefore know, before calling `backward()`, which parameters
+# a loss will update, and which it will not touch at all (lab 3 comes back to parameters
+# that a forward pass did not use).
+#
+# ### Exercise 3 (2 points): the leaves behind a tensor
+#
+# Write `leaves(t)` that returns a list of the tensors whose `.grad` `t.backward()` would
+# fill, each **once** (in any order). Use your `walk` and the `.variable` of the
+# `AccumulateGrad` nodes.
+
+
+# %% nbgrader={"solution": true, "grade_id": "leaves"}
+def leaves(t):
+    ### BEGIN SOLUTION
+    nodes, _edges = walk(t)
+    return [n.variable for n in nodes if hasattr(n, "variable")]
+    ### END SOLUTION
+
+
+# %%
+print([tuple(v.shape) for v in leaves(out)])
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_leaves"}
+def _ids(tensors):
+    return sorted(id(v) for v in tensors)
+
+
+_got = leaves(out)
+check(isinstance(_got, list), "leaves(t) should return a list of tensors.")
+check(
+    all(isinstance(v, torch.Tensor) for v in _got),
+    "leaves(t) should return tensors (the .variable of each AccumulateGrad node), not nodes.",
+)
+check(
+    _ids(_got) == _ids([Wh, Wx]),
+    "leaves(out) for the recurrent cell should be Wh and Wx (x and h need no gradient).",
+)
+_got = leaves((a * a).sum())
+check(
+    _ids(_got) == [id(a)],
+    f"leaves((a * a).sum()) should be [a], once; you returned {len(_got)} tensor(s). "
+    "A tensor used twice is still one leaf.",
+)
+### BEGIN HIDDEN TESTS
+_w1 = torch.randn(2, 2, requires_grad=True)
+_w2 = torch.randn(2, 2, requires_grad=True)
+_unused = torch.randn(2, 2, requires_grad=True)
+_inp = torch.randn(2, 1)
+_hid = torch.tanh(_w1 @ _inp)
+_loss = (_w2 @ _hid + _w1 @ _hid).sum()
+_got = leaves(_loss)
+assert _ids(_got) == _ids([_w1, _w2])
+_loss.backward()
+assert _w1.grad is not None and _w2.grad is not None and _unused.grad is None
+assert leaves(_w1) == [] or _ids(leaves(_w1)) == [id(_w1)]
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## What you have seen
+#
+# * Every operation on a tensor that requires a gradient adds a node (`grad_fn`) to a
+#   graph, built as the code runs; reusing a Python name does not remove a node.
+# * `next_functions` links each node to the nodes of its inputs; leaves that require a
+#   gradient end in `AccumulateGrad`, inputs that do not are `(None, 0)`.
+# * A tensor used twice is one node with two edges into it.
+# * `requires_grad` spreads from inputs to results; `torch.no_grad()` and `detach()` stop it.
+#
+# Lab 2 runs the graph backwards with `backward()`.

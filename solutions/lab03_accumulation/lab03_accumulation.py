@@ -1,0 +1,637 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lab 3: Gradients accumulate, and shared weights sum
+#
+# Lab 2 ended with a warning: `backward()` *adds* to `.grad` instead of overwriting it.
+# This lab takes that one fact and follows it everywhere it matters in training:
+#
+# 1. why every training loop zeroes gradients, the two ways to do it, and what an optimizer
+#    does with a parameter whose gradient is `None`;
+# 2. why a weight used `k` times in one forward pass gets the **sum** of `k` gradients;
+# 3. what happens to a parameter that a forward pass did not use at all;
+# 4. how to get the gradient of a big batch from several small ones, exactly.
+#
+# **How this lab works.** Cells marked *exercise* are yours: replace
+# `raise NotImplementedError(...)` with your code. The cell after each exercise is a
+# *check*: run it, and if something is wrong it tells you what, in words. When you submit,
+# the same checks run again with extra hidden cases, so make the code right, not just the
+# printed numbers. Run the notebook top to bottom (*Kernel > Restart and run all*) before
+# you submit.
+
+# %% nbgrader={"locked": true, "grade_id": "setup"}
+# Setup: works in JupyterLab, VS Code and Colab. Installs torchviz only if it is missing.
+import importlib.util
+import subprocess
+import sys
+import warnings
+
+if importlib.util.find_spec("torchviz") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "torchviz"], check=False)
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+torch.manual_seed(0)
+torch.set_printoptions(precision=4, sci_mode=False)
+
+
+class CheckFailed(AssertionError):
+    """Raised by the self-checks with a message that says what is wrong."""
+
+
+def check(condition, message):
+    """Stop with a readable message when a self-check fails."""
+    if not condition:
+        raise CheckFailed(message)
+
+
+def draw(tensor, **options):
+    """Draw the graph behind `tensor` with torchviz, or say how to get the picture."""
+    try:
+        from graphviz.backend import ExecutableNotFound
+        from torchviz import make_dot
+    except ImportError:
+        print("torchviz is not installed: run `pip install torchviz` to see graph pictures.")
+        return None
+    graph = make_dot(tensor, **options)
+    try:
+        graph.pipe(format="svg")
+    except ExecutableNotFound:
+        print(
+            "No picture: the Graphviz `dot` program is missing. Install it with "
+            "`apt install graphviz`, `brew install graphviz` or `conda install graphviz` "
+            "(Colab already has it)."
+        )
+        return None
+    return graph
+
+
+print("torch", torch.__version__)
+
+# %% [markdown]
+# ## 1. Accumulation, and why `zero_grad` exists
+#
+# Take $L(w) = w^2$ at $w = 3$, so $dL/dw = 6$. Each forward pass builds a fresh graph;
+# each `backward()` walks it and **adds** 6 to `w.grad`:
+
+# %%
+w = torch.tensor(3.0, requires_grad=True)
+for call in range(1, 4):
+    loss = w**2
+    loss.backward()
+    print(f"after backward call {call}: w.grad = {w.grad.item()}")
+
+# %% [markdown]
+# That is not a bug: it is what makes shared weights (section 2) and micro-batches
+# (section 4) work. But an optimizer step must see the gradient of *this* step's loss
+# only, so a training loop clears gradients once per step. There are two ways to clear:
+#
+# * `optimizer.zero_grad()` (and `model.zero_grad()`) sets every `.grad` to **`None`**:
+#   this is the default, `set_to_none=True`. No memory is kept, and the next `backward()`
+#   simply *writes* a new gradient.
+# * `zero_grad(set_to_none=False)` keeps the tensors and fills them with **zeros**.
+#
+# For most code the two behave the same. They differ for a parameter that the next
+# backward pass does not reach: its gradient stays `None` in the first case, and stays a
+# tensor of zeros in the second. And an optimizer treats those two very differently.
+
+# %%
+p = nn.Parameter(torch.ones(2))
+optimizer = torch.optim.SGD([p], lr=0.1)
+(p * 3).sum().backward()
+print("after backward:                   ", p.grad)
+optimizer.zero_grad(set_to_none=False)
+print("after zero_grad(set_to_none=False):", p.grad)
+optimizer.zero_grad()
+print("after zero_grad():                 ", p.grad)
+
+# %% [markdown]
+# Every optimizer in `torch.optim` **skips a parameter whose `.grad` is `None`**: no
+# update, and its state (such as the momentum buffer) is left alone. A zero gradient is
+# not skipped: with momentum, the parameter keeps moving on the velocity it had built up.
+# Two parameters, SGD with momentum 0.9, and a second step in which only `a` is used:
+
+# %%
+for set_to_none in (True, False):
+    a = torch.tensor(1.0, requires_grad=True)
+    b = torch.tensor(2.0, requires_grad=True)
+    optimizer = torch.optim.SGD([a, b], lr=0.1, momentum=0.9)
+    (a * b).backward()  # step 1 uses a and b
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=set_to_none)
+    (a**2).backward()  # step 2 uses only a
+    print(f"set_to_none={set_to_none!s:5}  b.grad before step 2 = {b.grad}")
+    optimizer.step()
+    print(f"                   b after step 2 = {b.item():.4f}")
+
+# %% [markdown]
+# With `set_to_none=True`, `b` stays at 1.9, where step 1 left it. With zeros, momentum
+# carries it on to 1.81 even though the loss of step 2 does not depend on `b` at all.
+#
+# ### Exercise 1 (2 points): two optimizer steps
+#
+# Write `two_steps(set_to_none, a0=1.0, b0=2.0)` that
+#
+# 1. creates `a` and `b` as float64 scalar tensors with values `a0`, `b0` that require a
+#    gradient, and an SGD optimizer over `[a, b]` with `lr=0.1, momentum=0.9`;
+# 2. step 1: loss $a \cdot b$, backward, optimizer step;
+# 3. clears the gradients with `zero_grad(set_to_none=set_to_none)`;
+# 4. step 2: loss $a^2$, backward, optimizer step;
+# 5. returns the tuple of floats `(a, b)` after step 2.
+#
+# For the defaults, the answer is `(0.46, 1.9)` with `set_to_none=True` and `(0.46, 1.81)`
+# with `set_to_none=False`. Work out `a` on paper: what is its momentum buffer in step 2?
+
+
+# %% nbgrader={"solution": true, "grade_id": "two_steps"}
+def two_steps(set_to_none, a0=1.0, b0=2.0):
+    ### BEGIN SOLUTION
+    a = torch.tensor(a0, dtype=torch.float64, requires_grad=True)
+    b = torch.tensor(b0, dtype=torch.float64, requires_grad=True)
+    optimizer = torch.optim.SGD([a, b], lr=0.1, momentum=0.9)
+    (a * b).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=set_to_none)
+    (a**2).backward()
+    optimizer.step()
+    return a.item(), b.item()
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_two_steps"}
+for _flag, _b_want in ((True, 1.9), (False, 1.81)):
+    _result = two_steps(_flag)
+    check(
+        isinstance(_result, tuple) and len(_result) == 2,
+        "two_steps should return a tuple of two floats (a, b).",
+    )
+    _a, _b = (float(v) for v in _result)
+    check(
+        abs(_a - 0.26) > 1e-6,
+        f"set_to_none={_flag}: a = 0.26, which means step 2 also used step 1's gradient of a "
+        "(2 + 1.6 instead of 1.6): call optimizer.zero_grad(...) between the two steps.",
+    )
+    check(
+        abs(_a - 0.46) < 1e-9,
+        f"set_to_none={_flag}: a should be 0.46 after step 2, got {_a:.4f}. Step 1 takes a to "
+        "0.8; in step 2 the momentum buffer is 0.9 * 2 + 1.6 = 3.4.",
+    )
+    if _flag:
+        check(
+            abs(_b - 1.9) < 1e-9,
+            f"set_to_none=True: b should stay at 1.9 after step 2, got {_b:.4f}. Its grad is None "
+            "after zero_grad(set_to_none=True), and SGD skips parameters whose grad is None.",
+        )
+    else:
+        check(
+            abs(_b - 1.81) < 1e-9,
+            f"set_to_none=False: b should be 1.81 after step 2, got {_b:.4f}. Its grad is a tensor "
+            "of zeros, so SGD does update it: momentum 0.9 * 1 moves it by 0.09. Did you pass "
+            "set_to_none=set_to_none to zero_grad?",
+        )
+### BEGIN HIDDEN TESTS
+for _a0, _b0 in ((0.5, -1.5), (-2.0, 3.0), (1.25, 0.75)):
+    _a1, _b1 = _a0 - 0.1 * _b0, _b0 - 0.1 * _a0
+    _a2 = _a1 - 0.1 * (0.9 * _b0 + 2 * _a1)
+    _a, _b = two_steps(True, _a0, _b0)
+    assert abs(_a - _a2) < 1e-9 and abs(_b - _b1) < 1e-9
+    _a, _b = two_steps(False, _a0, _b0)
+    assert abs(_a - _a2) < 1e-9 and abs(_b - (_b1 - 0.1 * 0.9 * _a0)) < 1e-9
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 2. A weight used k times gets the sum of k gradients
+#
+# A forward pass may use the same parameter several times: a recurrent network applies
+# one weight matrix at every time step, and PyTorch's `DynamicNet` example reuses one
+# `nn.Linear` a random number of times. Backpropagation treats every use as if it were a
+# separate copy of the weight, computes each copy's gradient, and **adds** them into the
+# one `.grad`. (Nothing is updated by `backward()` itself: the optimizer later moves the
+# weight by the summed gradient.)
+#
+# In the graph this is visible: the weight has one `AccumulateGrad` node, with one edge
+# into it per use. Here `W` is applied three times:
+
+# %%
+W = torch.randn(3, 3, requires_grad=True)
+h = torch.randn(3, 1)
+for _ in range(3):
+    h = torch.tanh(W @ h)
+loss = h.sum()
+
+acc = None
+edges_into_acc = 0
+node = loss.grad_fn
+while node is not None:  # this graph is a chain: follow it down
+    parent, node = node, None
+    for child, _index in parent.next_functions:
+        if child is None:
+            continue
+        if hasattr(child, "variable"):
+            acc = child
+            edges_into_acc += 1
+        else:
+            node = child
+print("one AccumulateGrad for W:", acc.variable is W, "| edges into it:", edges_into_acc)
+draw(loss, params={"W": W})
+
+# %% [markdown]
+# ### Exercise 2 (2 points): one shared weight versus k copies
+#
+# Write `unrolled_grads(W, h0, k)`. The forward pass is `h = h0`, then `k` times
+# `h = torch.tanh(W @ h)`, then `loss = h.sum()`. Return `(shared, copies)`:
+#
+# * `shared`: the gradient of `loss` with respect to `W` (a tensor shaped like `W`) when the
+#   same `W` is used at every step;
+# * `copies`: a list of `k` tensors, the gradients of the same loss with respect to `k`
+#   separate copies `W_1, ..., W_k` of `W` (same values; step `i` uses `W_i`). Make each copy a
+#   new leaf with `W.detach().clone().requires_grad_()`.
+#
+# `W` may already hold a gradient from earlier calls: `shared` must be the gradient of this
+# loss only (clear `W.grad` first). The check compares `sum(copies)` with `shared`.
+
+
+# %% nbgrader={"solution": true, "grade_id": "unrolled_grads"}
+def unrolled_grads(W, h0, k):
+    ### BEGIN SOLUTION
+    W.grad = None
+    h = h0
+    for _ in range(k):
+        h = torch.tanh(W @ h)
+    h.sum().backward()
+    shared = W.grad.clone()
+
+    copies = [W.detach().clone().requires_grad_() for _ in range(k)]
+    h = h0
+    for W_i in copies:
+        h = torch.tanh(W_i @ h)
+    h.sum().backward()
+    return shared, [W_i.grad for W_i in copies]
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_unrolled_grads"}
+_W = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+_h0 = torch.randn(3, 1, dtype=torch.float64)
+_result = unrolled_grads(_W, _h0, 3)
+check(
+    isinstance(_result, tuple) and len(_result) == 2,
+    "unrolled_grads should return (shared, copies).",
+)
+_shared, _copies = _result
+check(
+    isinstance(_shared, torch.Tensor) and _shared.shape == _W.shape,
+    "shared should be a tensor shaped like W: the gradient of the loss with respect to W.",
+)
+check(
+    isinstance(_copies, list) and len(_copies) == 3,
+    "copies should be a list of k = 3 gradients, one per copy.",
+)
+check(
+    all(isinstance(g, torch.Tensor) and g.shape == _W.shape for g in _copies),
+    "each entry of copies should be a gradient tensor shaped like W (is one of them None? "
+    "each copy must be a leaf that requires grad and is used in the forward pass).",
+)
+check(
+    not all(torch.allclose(g, _copies[0]) for g in _copies),
+    "all copies got the same gradient: step i must use copy W_i, so that each copy sees its own step.",
+)
+check(
+    torch.allclose(sum(_copies), _shared, atol=1e-10),
+    "sum(copies) should equal shared: a weight used k times gets the sum of the k gradients. "
+    "Check that both forward passes start from h0 and do the same k steps.",
+)
+_again, _ = unrolled_grads(_W, _h0, 3)
+check(
+    torch.allclose(_again, _shared, atol=1e-10),
+    "calling unrolled_grads twice on the same W gave a different shared gradient: W.grad "
+    "accumulates across backward calls, so clear it (W.grad = None) before backward().",
+)
+### BEGIN HIDDEN TESTS
+for _k in (1, 2, 5):
+    _W = torch.randn(4, 4, dtype=torch.float64, requires_grad=True)
+    _W.grad = torch.full_like(_W, 7.0)
+    _h0 = torch.randn(4, 1, dtype=torch.float64)
+    _shared, _copies = unrolled_grads(_W, _h0, _k)
+    _Wr = _W.detach().clone().requires_grad_()
+    _hr = _h0
+    for _ in range(_k):
+        _hr = torch.tanh(_Wr @ _hr)
+    (_ref,) = torch.autograd.grad(_hr.sum(), _Wr)
+    assert torch.allclose(_shared, _ref, atol=1e-10)
+    assert len(_copies) == _k and torch.allclose(sum(_copies), _ref, atol=1e-10)
+    _hr = _h0
+    _Ws = [_W.detach().clone().requires_grad_() for _ in range(_k)]
+    for _Wi in _Ws:
+        _hr = torch.tanh(_Wi @ _hr)
+    _refs = torch.autograd.grad(_hr.sum(), _Ws)
+    assert all(torch.allclose(g, r, atol=1e-10) for g, r in zip(_copies, _refs, strict=True))
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 3 (2 points): count the uses in the graph
+#
+# The number of uses can be read off the graph. Write `count_uses(loss, W)` that returns the
+# number of edges into `W`'s `AccumulateGrad` node in the graph behind `loss`: walk the
+# graph from `loss.grad_fn` through `next_functions`, visiting **each node once** (lab 1),
+# and count the entries `(child, index)` whose `child` is the `AccumulateGrad` of `W`
+# (`child.variable is W`). Return 0 if `W` is not in the graph.
+#
+# Careful: an intermediate result used twice is not two uses of `W`. For
+# `u = W @ x; loss = u.sin().sum() + u.cos().sum()`, the answer is 1.
+
+
+# %% nbgrader={"solution": true, "grade_id": "count_uses"}
+def count_uses(loss, W):
+    ### BEGIN SOLUTION
+    count, seen, stack = 0, set(), [loss.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        for child, _index in node.next_functions:
+            if child is None:
+                continue
+            if getattr(child, "variable", None) is W:
+                count += 1
+            stack.append(child)
+    return count
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_count_uses"}
+_W = torch.randn(3, 3, requires_grad=True)
+_h = torch.randn(3, 1)
+for _ in range(4):
+    _h = torch.tanh(_W @ _h)
+_n = count_uses(_h.sum(), _W)
+check(_n == 4, f"W is used 4 times in the unrolled cell, count_uses says {_n}.")
+_x = torch.randn(3, 1)
+_u = _W @ _x
+_n = count_uses(_u.sin().sum() + _u.cos().sum(), _W)
+check(
+    _n == 1,
+    f"u = W @ x is used twice, but W only once: count_uses says {_n}. Visit each node once "
+    "(keep a set of visited nodes), so the edge from u's node into W is counted once.",
+)
+_other = torch.randn(3, 3, requires_grad=True)
+_n = count_uses((_other @ _x).sum(), _W)
+check(_n == 0, f"W is not used in this loss, count_uses should return 0, got {_n}.")
+### BEGIN HIDDEN TESTS
+_a = torch.randn(3, requires_grad=True)
+assert count_uses((_a * _a).sum(), _a) == 2
+_middle = nn.Linear(4, 4)
+_z = torch.randn(2, 4)
+for _ in range(3):
+    _z = _middle(_z).clamp(min=0)
+_z = _z + _z  # a shared intermediate again
+assert count_uses(_z.sum(), _middle.weight) == 3
+assert count_uses(_z.sum(), _middle.bias) == 3
+_t = _W @ _x
+for _ in range(12):  # a long ladder of shared intermediates
+    _t = _t.sin() + _t.cos()
+assert count_uses(_t.sum(), _W) == 1
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 3. A parameter that a forward pass did not use
+#
+# A dynamic graph is whatever the forward pass did *this time*. Here is a model with two
+# layers of which each forward pass uses only one, chosen by the caller (in a real model
+# the choice could be random, or depend on the input):
+
+
+# %% nbgrader={"locked": true, "grade_id": "two_branch"}
+class TwoBranch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc_1 = nn.Linear(4, 1)
+        self.fc_2 = nn.Linear(4, 1)
+
+    def forward(self, x, branch):
+        return self.fc_1(x) if branch == 1 else self.fc_2(x)
+
+
+def grad_summary(net):
+    """One line per parameter: None, or the first entry of its gradient."""
+    for name, param in net.named_parameters():
+        shown = "None" if param.grad is None else f"{param.grad.flatten()[0].item():+.4f} ..."
+        print(f"  {name:<11} grad = {shown}")
+
+
+# %% [markdown]
+# After one pass through branch 1, `fc_2` was not part of the graph, so `backward()` never
+# reached it: its gradients are `None` (not zero: *nothing* was computed). Then a pass
+# through branch 2 **without zeroing**: `fc_2` gets a gradient, and `fc_1` keeps the one
+# from the first pass, untouched, because `backward()` did not reach it this time either.
+
+# %%
+torch.manual_seed(1)
+net = TwoBranch()
+data = torch.rand(32, 4)
+net(data, branch=1).pow(2).mean().backward()
+print("after a pass through branch 1:")
+grad_summary(net)
+net(data, branch=2).pow(2).mean().backward()
+print("after a pass through branch 2, without zeroing:")
+grad_summary(net)
+
+# %% [markdown]
+# That stale gradient of `fc_1` is a trap. An optimizer step now would move `fc_1` again,
+# by the gradient of a loss from an earlier step. Clearing gradients at the start of every
+# step avoids it, and with `set_to_none=True` (the default) the optimizer even knows to
+# leave `fc_1` alone: its `.grad` is `None`.
+#
+# ### Exercise 4 (2 points): train a model whose graph changes
+#
+# Write `sgd_train(net, x, branches, lr)` that, for each `branch` in the list `branches`,
+# does one step of plain gradient descent on the loss `net(x, branch).pow(2).mean()`:
+# clear the gradients, forward, backward, then `p -= lr * p.grad` for every parameter `p`
+# that has a gradient (you may use `torch.optim.SGD(net.parameters(), lr=lr)` instead of
+# updating by hand). It changes `net` in place and returns nothing.
+#
+# A layer must move only in the steps that use it.
+
+
+# %% nbgrader={"solution": true, "grade_id": "sgd_train"}
+def sgd_train(net, x, branches, lr):
+    ### BEGIN SOLUTION
+    for branch in branches:
+        net.zero_grad()
+        net(x, branch).pow(2).mean().backward()
+        with torch.no_grad():
+            for p in net.parameters():
+                if p.grad is not None:
+                    p -= lr * p.grad
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_sgd_train"}
+torch.manual_seed(2)
+_net = TwoBranch()
+_x = torch.rand(8, 4)
+_start = copy.deepcopy(_net)
+# by hand: one step on branch 1 only
+_one = copy.deepcopy(_net)
+_one(_x, 1).pow(2).mean().backward()
+_w1_after_one = _one.fc_1.weight.detach() - 0.1 * _one.fc_1.weight.grad
+try:
+    sgd_train(_net, _x, [1, 2, 2], lr=0.1)
+except (AttributeError, TypeError) as _error:
+    check(
+        False,
+        f"sgd_train crashed ({_error}). Some parameters have .grad None in a step that does not use "
+        "them: skip those (if p.grad is not None).",
+    )
+check(
+    not torch.equal(_net.fc_1.weight, _start.fc_1.weight),
+    "fc_1 did not move at all, but step 1 uses branch 1: is the update applied?",
+)
+check(
+    torch.allclose(_net.fc_1.weight, _w1_after_one, atol=1e-6),
+    "fc_1 should have moved in step 1 only (branches [1, 2, 2]), but it moved again later. Its "
+    ".grad still held the gradient of step 1: clear gradients at the start of every step "
+    "(net.zero_grad()).",
+)
+check(
+    not torch.equal(_net.fc_2.weight, _start.fc_2.weight),
+    "fc_2 did not move, but steps 2 and 3 use branch 2.",
+)
+### BEGIN HIDDEN TESTS
+for _seed, _branches in ((3, [2, 1, 1, 2, 1]), (4, [1, 1, 1]), (5, [2, 2, 1, 1, 2, 2])):
+    torch.manual_seed(_seed)
+    _net = TwoBranch()
+    _ref = copy.deepcopy(_net)
+    _x = torch.rand(16, 4)
+    sgd_train(_net, _x, _branches, lr=0.05)
+    _opt = torch.optim.SGD(_ref.parameters(), lr=0.05)
+    for _br in _branches:
+        _opt.zero_grad()
+        _ref(_x, _br).pow(2).mean().backward()
+        _opt.step()
+    for _p, _q in zip(_net.parameters(), _ref.parameters(), strict=True):
+        assert torch.allclose(_p, _q, atol=1e-6)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 4. Gradient accumulation: a big batch from small ones
+#
+# When a batch of $N$ examples does not fit in memory, split it into micro-batches, call
+# `backward()` on each, and let `.grad` do the adding; step the optimizer once at the end.
+# For this to give *the same* gradient as the big batch, remember what the big batch's
+# loss is: the **mean** over all $N$ examples. A micro-batch $B_j$ of $n_j$ examples has
+# loss $L_j$, the mean over its own $n_j$ examples, so
+#
+# $$L = \frac{1}{N}\sum_{i=1}^{N} \ell_i = \sum_j \frac{n_j}{N}\,L_j .$$
+#
+# Scale each micro-batch's loss by $n_j / N$ before `backward()`, and the accumulated
+# gradient is the big batch's gradient, up to rounding. In float64 the rounding is far
+# below $10^{-10}$:
+
+# %%
+torch.manual_seed(3)
+model = nn.Linear(5, 1).double()
+X = torch.randn(12, 5, dtype=torch.float64)
+y = torch.randn(12, 1, dtype=torch.float64)
+
+model.zero_grad()
+F.mse_loss(model(X), y).backward()
+big = model.weight.grad.clone()
+
+model.zero_grad()
+for chunk in range(0, 12, 3):
+    Xc, yc = X[chunk : chunk + 3], y[chunk : chunk + 3]
+    (F.mse_loss(model(Xc), yc) * len(Xc) / len(X)).backward()
+print("largest difference to the big batch:", (model.weight.grad - big).abs().max().item())
+
+# %% [markdown]
+# ### Exercise 5 (2 points): accumulate over micro-batches
+#
+# Write `accumulated_grads(model, X, y, micro)` that clears the model's gradients, then
+# splits `X` and `y` into consecutive micro-batches of `micro` rows (the last one may be
+# smaller), and for each calls `backward()` on its `F.mse_loss`, scaled so that the result
+# equals the gradient of `F.mse_loss(model(X), y)`. Return a list with a copy of each
+# parameter's `.grad`, in the order of `model.parameters()`.
+
+
+# %% nbgrader={"solution": true, "grade_id": "accumulated_grads"}
+def accumulated_grads(model, X, y, micro):
+    ### BEGIN SOLUTION
+    model.zero_grad()
+    for start in range(0, len(X), micro):
+        Xc, yc = X[start : start + micro], y[start : start + micro]
+        (F.mse_loss(model(Xc), yc) * len(Xc) / len(X)).backward()
+    return [p.grad.clone() for p in model.parameters()]
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_accumulated_grads"}
+def _big_batch(model, X, y):
+    model.zero_grad()
+    F.mse_loss(model(X), y).backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+torch.manual_seed(4)
+_model = nn.Linear(3, 2).double()
+for _n, _micro in ((8, 2), (10, 4)):
+    _X = torch.randn(_n, 3, dtype=torch.float64)
+    _y = torch.randn(_n, 2, dtype=torch.float64)
+    _want = _big_batch(_model, _X, _y)
+    _got = accumulated_grads(_model, _X, _y, _micro)
+    check(
+        isinstance(_got, list) and len(_got) == len(_want),
+        "accumulated_grads should return a list with one gradient per parameter (weight, bias).",
+    )
+    _ratio = (_got[0].norm() / _want[0].norm()).item()
+    _chunks = -(-_n // _micro)
+    check(
+        abs(_ratio - _chunks) > 1e-6,
+        f"N={_n}, micro={_micro}: your gradients are {_chunks} times too large. Each micro-batch loss "
+        "is a mean over its own rows: scale it by len(chunk) / len(X) before backward().",
+    )
+    check(
+        all(torch.allclose(g, w, rtol=0, atol=1e-10) for g, w in zip(_got, _want, strict=True)),
+        f"N={_n}, micro={_micro}: the accumulated gradient differs from the big batch's "
+        f"(ratio of norms {_ratio:.4f}). "
+        + (
+            "The last micro-batch is smaller here: scale each loss by len(chunk) / len(X), not by "
+            "1 / (number of micro-batches)."
+            if _n % _micro
+            else "Clear the gradients first, and scale each loss by len(chunk) / len(X)."
+        ),
+    )
+### BEGIN HIDDEN TESTS
+for _n, _micro in ((7, 1), (9, 9), (13, 5), (16, 20)):
+    _model = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 1)).double()
+    _X = torch.randn(_n, 4, dtype=torch.float64)
+    _y = torch.randn(_n, 1, dtype=torch.float64)
+    _want = _big_batch(_model, _X, _y)
+    for _p in _model.parameters():
+        _p.grad = torch.full_like(_p, 3.0)  # stale gradients must be cleared
+    _got = accumulated_grads(_model, _X, _y, _micro)
+    assert all(torch.allclose(g, w, rtol=0, atol=1e-10) for g, w in zip(_got, _want, strict=True))
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## What you have seen
+#
+# * `backward()` adds into `.grad`; training loops clear it once per step. `zero_grad()`
+#   sets gradients to `None` by default, and optimizers skip parameters whose gradient is
+#   `None`, momentum included; zeros are not skipped.
+# * A weight used `k` times in one pass gets the sum of `k` gradients: one `AccumulateGrad`
+#   node with `k` edges into it.
+# * A parameter the pass did not use gets no gradient: `None` the first time, and its old
+#   value afterwards unless you clear it.
+# * Micro-batch losses scaled by $n_j/N$ accumulate to exactly the big batch's gradient.
