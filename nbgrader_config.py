@@ -29,3 +29,10 @@ c.IgnorePattern.pattern = r"(UserWarning|FutureWarning|DeprecationWarning|Runtim
 c.OverwriteCells.add_missing_cells = True
 c.Autograde.create_student = True
 c.LimitOutput.max_lines = 1000
+
+# Feedback shows which hidden test failed and its message, never the hidden test's code.
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "graders.feedback.HideHiddenTests",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]

@@ -131,8 +131,15 @@ def grade_in_scratch(sub: Submission, root: Path, scratch: Path) -> Outcome:
         )
     graded = scratch / "autograded" / sub.student / sub.lab / f"{sub.lab}.ipynb"
     if result.returncode != 0 or not graded.is_file():
-        errors = [line for line in (result.stdout + result.stderr).splitlines() if "ERROR" in line]
-        return Outcome(sub, scratch, (errors[0] if errors else "nbgrader autograde failed")[:300])
+        log = result.stdout + result.stderr
+        if "Kernel died" in log or "DeadKernelError" in log:
+            reason = (
+                "the kernel died while running the notebook (os._exit, a crash or out of memory)"
+            )
+        else:
+            errors = [line.split("] ", 1)[-1] for line in log.splitlines() if "| ERROR]" in line]
+            reason = errors[0][:300] if errors else "nbgrader autograde failed"
+        return Outcome(sub, scratch, reason + "; recorded as 0")
     return Outcome(sub, scratch)
 
 
@@ -174,6 +181,28 @@ def _merge_grades(sub: Submission, scratch_db: Path, course_db: Path) -> None:
                 d.auto_comment = c.auto_comment
                 d.manual_comment = c.manual_comment
         dst.db.commit()
+
+
+def record_failure(sub: Submission, root: Path) -> None:
+    """A submission nbgrader could not finish is kept in the gradebook: zero, and flagged
+    for a human look (the reason is in the grading summary), never silently dropped."""
+    from nbgrader.api import Gradebook, MissingEntry
+    from sqlalchemy.exc import SAWarning
+
+    with warnings.catch_warnings(), Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        warnings.simplefilter("ignore", SAWarning)
+        gb.update_or_create_student(sub.student)
+        try:
+            gb.remove_submission(sub.lab, sub.student)
+        except MissingEntry:
+            pass
+        submission = gb.add_submission(sub.lab, sub.student)
+        for nb in submission.notebooks:
+            nb.flagged = True
+            for grade in nb.grades:
+                grade.auto_score = 0.0
+                grade.needs_manual_grade = False
+        gb.db.commit()
 
 
 def read_scores(root: Path, labs: list[str]) -> tuple[dict, dict]:
@@ -232,6 +261,7 @@ def grade_class(
                 sub = outcome.submission
                 if outcome.error:
                     report.problems.append(Problem(_rel(sub.folder, root), outcome.error))
+                    record_failure(sub, root)
                 else:
                     merge(outcome, root)
                 shutil.rmtree(outcome.scratch, ignore_errors=True)

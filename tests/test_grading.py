@@ -4,12 +4,15 @@ input is reported by name while the rest of the class is still graded and export
 from __future__ import annotations
 
 import csv
+import html
 import shutil
 import subprocess
 import sys
 
+import nbformat
+
 from graders.build import build
-from graders.course import LABS, REPO
+from graders.course import LABS, REPO, lab_source
 from graders.demo import compare, declared_class, write_class
 from graders.grade import grade_class
 
@@ -34,6 +37,29 @@ def test_demo_class_gets_its_declared_scores(course):
         assert (course / "feedback" / s.name / s.lab / f"{s.lab}.html").is_file()
 
 
+def hidden_lines(lab: str) -> list[str]:
+    """Distinctive lines of the lab's hidden tests."""
+    lines, inside = [], False
+    for line in lab_source(lab).read_text().splitlines():
+        if "BEGIN HIDDEN TESTS" in line or "END HIDDEN TESTS" in line:
+            inside = "BEGIN" in line
+        elif inside and len(line.strip()) > 20:
+            lines.append(line.strip())
+    return lines
+
+
+def test_feedback_never_shows_hidden_tests(course):
+    """Runs after the demo class was graded: no feedback page holds hidden test code."""
+    pages = list((course / "feedback").glob("*/*/*.html"))
+    assert pages, "no feedback was written"
+    for page in pages:
+        text = html.unescape(page.read_text())
+        lab = page.parent.name
+        assert "HIDDEN TESTS" not in text, page
+        leaked = [line for line in hidden_lines(lab) if line in text]
+        assert not leaked, f"{page} shows hidden test code: {leaked[:2]}"
+
+
 def test_bad_submissions_are_reported_and_the_rest_is_graded(tmp_path):
     lab = "lab02_backprop"
     build(root=tmp_path, labs=[lab], release=tmp_path / "labs")
@@ -45,6 +71,11 @@ def test_bad_submissions_are_reported_and_the_rest_is_graded(tmp_path):
     broken.parent.mkdir(parents=True)
     broken.write_text('{"cells": [ this is not json')
     before = broken.read_bytes()
+    exiter = nbformat.read(tmp_path / "submitted" / good.name / lab / f"{lab}.ipynb", as_version=4)
+    answer = next(c for c in exiter.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    answer.source = "import os\nos._exit(3)\n" + answer.source
+    (tmp_path / "submitted" / "exiter" / lab).mkdir(parents=True)
+    nbformat.write(exiter, tmp_path / "submitted" / "exiter" / lab / f"{lab}.ipynb")
     stray = tmp_path / "submitted" / "wrong_lab" / "lab99_nope"
     stray.mkdir(parents=True)
     (stray / "lab99_nope.ipynb").write_text("{}")
@@ -73,3 +104,6 @@ def test_bad_submissions_are_reported_and_the_rest_is_graded(tmp_path):
     with open(tmp_path / "grades.csv") as fh:
         rows = {(r["student_id"], r["assignment"]): r for r in csv.DictReader(fh)}
     assert float(rows[("complete", lab)]["score"]) == good.score
+    # a kernel that dies is kept, with zero, and named in the summary
+    assert float(rows[("exiter", lab)]["score"]) == 0.0
+    assert f"submitted/exiter/{lab}: the kernel died" in result.stdout
