@@ -1,0 +1,1237 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lab 8: Under the hood, and the other side of the coin
+#
+# "What is truly happening when we define a dynamic graph model?" The clearest answer is to
+# build one. In part A you write a small autograd engine in NumPy, about 150 lines, that
+# works the way PyTorch's does: every operation **records** its inputs and a function that
+# knows how to differentiate it *while the forward code runs*, and `backward()` walks that
+# record in reverse. Nothing about the model is declared in advance, which is exactly what
+# "define-by-run" means. Your engine must reproduce PyTorch's gradients for every worked
+# example of labs 1 to 4, DynamicNet included.
+#
+# Part B looks at the other side. `torch.compile` and `torch.export` want a *graph* they
+# can optimise or save, and a graph is exactly what Python control flow does not give
+# them. You will measure what the compiler does with DynamicNet and with an input-dependent
+# `while` loop, then rewrite both so they compile into one graph.
+#
+# 1. Tensors that remember where they came from, and a `no_grad` switch;
+# 2. each operation's backward rule (exercises 1 and 2);
+# 3. the order of the backward walk (exercise 3);
+# 4. the backward pass itself: accumulation and a graph that is freed (exercise 4);
+# 5. DynamicNet on your engine (exercise 5);
+# 6. `torch.compile` meets Python control flow (exercises 6 and 7).
+#
+# **How this lab works.** Cells marked *exercise* are yours: replace
+# `raise NotImplementedError(...)` with your code. The cell after each exercise is a
+# *check*: run it, and if something is wrong it tells you what, in words. When you submit,
+# the same checks run again with extra hidden cases (fresh random inputs, compared with
+# PyTorch), so make the code right, not just the printed numbers. Run the notebook top to
+# bottom (*Kernel > Restart and run all*) before you submit.
+
+# %% nbgrader={"locked": true, "grade_id": "setup"}
+# Setup: works in JupyterLab, VS Code and Colab. Installs torchviz only if it is missing.
+import contextlib
+import importlib.util
+import logging
+import random
+import subprocess
+import sys
+import time
+import warnings
+
+if importlib.util.find_spec("torchviz") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "torchviz"], check=False)
+
+import numpy as np
+import torch
+import torch._dynamo
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+torch.set_printoptions(precision=4, sci_mode=False)
+np.set_printoptions(precision=4, suppress=True)
+# The compiler logs every graph break as a warning; this lab prints what it needs itself.
+logging.getLogger("torch._dynamo").setLevel(logging.ERROR)
+logging.getLogger("torch.fx").setLevel(logging.ERROR)
+
+
+class CheckFailed(AssertionError):
+    """Raised by the self-checks with a message that says what is wrong."""
+
+
+def check(condition, message):
+    """Stop with a readable message when a self-check fails."""
+    if not condition:
+        raise CheckFailed(message)
+
+
+def draw(tensor, **options):
+    """Draw the graph behind `tensor` with torchviz, or say how to get the picture."""
+    try:
+        from graphviz.backend import ExecutableNotFound
+        from torchviz import make_dot
+    except ImportError:
+        print("torchviz is not installed: run `pip install torchviz` to see graph pictures.")
+        return None
+    graph = make_dot(tensor, **options)
+    try:
+        graph.pipe(format="svg")
+    except ExecutableNotFound:
+        print(
+            "No picture: the Graphviz `dot` program is missing. Install it with "
+            "`apt install graphviz`, `brew install graphviz` or `conda install graphviz` "
+            "(Colab already has it)."
+        )
+        return None
+    return graph
+
+
+print("torch", torch.__version__, " numpy", np.__version__)
+
+# %% [markdown]
+# # Part A: a define-by-run autograd in NumPy
+#
+# ## 1. A tensor that remembers where it came from
+#
+# Our `Tensor` wraps a NumPy array (always `float64`) and has the fields PyTorch's tensors
+# have for autograd:
+#
+# * `requires_grad`, and `grad`, where `backward()` leaves the gradient of a leaf;
+# * `_parents`: the tensors this one was computed from (PyTorch keeps them in
+#   `grad_fn.next_functions`);
+# * `_backward`: a function, the *backward closure*, that takes the gradient of the loss
+#   with respect to this tensor and returns one gradient per parent. It is `None` for a
+#   leaf, like `grad_fn`.
+#
+# Every operation computes its result with NumPy and then calls `make_result`, which
+# records the parents and the closure **only if** some input requires a gradient and
+# recording is switched on. `no_grad()` switches it off, like `torch.no_grad()`.
+#
+# NumPy *broadcasts*: adding a bias of shape `(3,)` to a batch of shape `(5, 3)` uses the
+# bias 5 times. The gradient of the bias is then the sum of those 5 uses; `unbroadcast`
+# sums a gradient back down to the shape of the input it belongs to.
+
+# %% nbgrader={"locked": true, "grade_id": "engine"}
+_RECORDING = [True]  # a list, so functions can switch it without `global`
+
+
+@contextlib.contextmanager
+def no_grad():
+    """Inside `with no_grad():` operations compute values but record no graph."""
+    saved = _RECORDING[0]
+    _RECORDING[0] = False
+    try:
+        yield
+    finally:
+        _RECORDING[0] = saved
+
+
+class Tensor:
+    def __init__(self, data, requires_grad=False):
+        self.data = np.array(data, dtype=np.float64)
+        self.requires_grad = requires_grad
+        self.grad = None
+        self._parents = ()
+        self._backward = None
+        self._op = None
+
+    shape = property(lambda self: self.data.shape)
+    is_leaf = property(lambda self: self._backward is None)
+
+    def __repr__(self):
+        how = f", grad_fn=<{self._op}Backward>" if self._op else ""
+        how += ", requires_grad=True" if self.requires_grad and self.is_leaf else ""
+        return f"Tensor({np.array2string(self.data, prefix='Tensor(')}{how})"
+
+    # Python operators call the functions you complete in exercises 1 and 2.
+    def __add__(self, other):
+        return add(self, other)
+
+    __radd__ = __add__
+
+    def __mul__(self, other):
+        return mul(self, other)
+
+    __rmul__ = __mul__
+
+    def __neg__(self):
+        return mul(self, -1.0)
+
+    def __sub__(self, other):
+        return add(self, -as_tensor(other))
+
+    def __pow__(self, exponent):
+        return power(self, exponent)
+
+    def __matmul__(self, other):
+        return matmul(self, other)
+
+    def tanh(self):
+        return tanh(self)
+
+    def relu(self):
+        return relu(self)
+
+    def sum(self):
+        return total(self)
+
+    def backward(self, retain_graph=False):
+        backward(self, retain_graph=retain_graph)
+
+
+def as_tensor(value):
+    return value if isinstance(value, Tensor) else Tensor(value)
+
+
+def make_result(data, parents, backward_fn, op):
+    """The result of an operation; records parents and closure when a graph is needed."""
+    out = Tensor(data)
+    if _RECORDING[0] and any(p.requires_grad for p in parents):
+        out.requires_grad = True
+        out._parents = tuple(parents)
+        out._backward = backward_fn
+        out._op = op
+    return out
+
+
+def unbroadcast(grad, shape):
+    """Sum `grad` down to `shape`, undoing NumPy broadcasting."""
+    while grad.ndim > len(shape):
+        grad = grad.sum(axis=0)
+    for axis, size in enumerate(shape):
+        if size == 1 and grad.shape[axis] != 1:
+            grad = grad.sum(axis=axis, keepdims=True)
+    return grad
+
+
+def graph_freed(grad):
+    """What a node's closure becomes once backward() has freed the graph."""
+    raise RuntimeError(
+        "Trying to backward through the graph a second time: the first backward() freed it. "
+        "Pass retain_graph=True to the first call if you need to go backwards twice."
+    )
+
+
+print(unbroadcast(np.ones((5, 3)), (3,)), "<- a (3,) bias used by 5 rows gets 5 per entry")
+
+# %% [markdown]
+# ## 2. The backward rule of each operation
+#
+# Each operation below is complete on the way **forward**: it computes its result and
+# hands `make_result` its parents and a closure `backward(grad)`. Your job is the body of
+# the closure. `grad` is $\partial L/\partial\,\text{out}$, an array with the shape of the
+# output; return $\partial L/\partial$ (each parent), in the order of the parents, each
+# with the shape of that parent. The closure can read anything the forward pass computed:
+# that is what PyTorch calls the *saved tensors*.
+#
+# ### Exercise 1 (2 points): `add`, `mul` and `power`
+#
+# * `add(a, b)`: $\partial(a+b)/\partial a = 1$, so the gradient passes through;
+# * `mul(a, b)`: each factor gets `grad` times the *other* factor;
+# * `power(a, n)` for a Python number `n`: $n\,a^{n-1}$ times `grad`.
+#
+# `add` and `mul` broadcast, so pass each gradient through `unbroadcast(..., a.shape)` (or
+# `b.shape`) before returning it.
+
+
+# %% nbgrader={"solution": true, "grade_id": "elementwise_ops"}
+def add(a, b):
+    a, b = as_tensor(a), as_tensor(b)
+
+    def backward(grad):
+        ### BEGIN SOLUTION
+        return unbroadcast(grad, a.shape), unbroadcast(grad, b.shape)
+        ### END SOLUTION
+
+    return make_result(a.data + b.data, (a, b), backward, "Add")
+
+
+def mul(a, b):
+    a, b = as_tensor(a), as_tensor(b)
+
+    def backward(grad):
+        ### BEGIN SOLUTION
+        return unbroadcast(grad * b.data, a.shape), unbroadcast(grad * a.data, b.shape)
+        ### END SOLUTION
+
+    return make_result(a.data * b.data, (a, b), backward, "Mul")
+
+
+def power(a, n):
+    a = as_tensor(a)
+
+    def backward(grad):
+        ### BEGIN SOLUTION
+        return (grad * n * a.data ** (n - 1),)
+        ### END SOLUTION
+
+    return make_result(a.data**n, (a,), backward, "Pow")
+
+
+# %% [markdown]
+# The check calls your closures directly, `out._backward(grad)`, and compares with what
+# `torch.autograd.grad` says for the same operation on the same numbers.
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_elementwise_ops", "points": 2}
+def _torch_grads(fn, arrays, grad):
+    """PyTorch's gradients of fn(*arrays) given the output gradient `grad`."""
+    _ts = [torch.tensor(_a, requires_grad=True) for _a in arrays]
+    _out = fn(*_ts)
+    return [_g.numpy() for _g in torch.autograd.grad(_out, _ts, torch.tensor(grad))]
+
+
+def _same(ours, theirs):
+    return np.shape(ours) == np.shape(theirs) and np.allclose(ours, theirs, rtol=1e-6, atol=1e-6)
+
+
+_rng = np.random.default_rng(8)
+_a, _b, _g = _rng.normal(size=(2, 3)), _rng.normal(size=(2, 3)), _rng.normal(size=(2, 3))
+for _name, _ours, _torch in [("add", add, torch.add), ("mul", mul, torch.mul)]:
+    _out = _ours(Tensor(_a, requires_grad=True), Tensor(_b, requires_grad=True))
+    check(_out._backward is not None, f"{_name} recorded no closure: did you change make_result?")
+    _got = _out._backward(_g)
+    check(
+        isinstance(_got, (tuple, list)) and len(_got) == 2,
+        f"{_name}'s closure should return a tuple of 2 arrays.",
+    )
+    for _mine, _ref, _who in zip(_got, _torch_grads(_torch, [_a, _b], _g), "ab", strict=True):
+        check(_same(_mine, _ref), f"{_name}: the gradient for {_who} differs from PyTorch's.")
+_got = power(Tensor(_a, requires_grad=True), 3)._backward(_g)
+check(
+    isinstance(_got, (tuple, list)) and len(_got) == 1,
+    "power's closure should return a tuple with one array: (gradient for a,). Mind the comma.",
+)
+check(
+    _same(_got[0], _torch_grads(lambda t: t**3, [_a], _g)[0]),
+    "power(a, 3): expected 3 * a**2 * grad.",
+)
+_bias = _rng.normal(size=(3,))
+_got = add(Tensor(_a, requires_grad=True), Tensor(_bias, requires_grad=True))._backward(_g)
+check(
+    np.shape(_got[1]) == (3,),
+    f"add: a (2, 3) batch plus a (3,) bias: the bias gradient should have shape (3,), got "
+    f"{np.shape(_got[1])}. The bias was used by every row: unbroadcast sums the rows up.",
+)
+### BEGIN HIDDEN TESTS
+_rng = np.random.default_rng()
+for _sa, _sb in [
+    ((4, 3), (4, 3)),
+    ((4, 3), (3,)),
+    ((4, 1), (1, 3)),
+    ((), (2, 2)),
+    ((3, 1), (3, 1)),
+]:
+    _a, _b = _rng.normal(size=_sa), _rng.normal(size=_sb)
+    _g = _rng.normal(size=np.broadcast_shapes(_sa, _sb))
+    for _ours, _torch in [(add, torch.add), (mul, torch.mul)]:
+        _got = _ours(Tensor(_a, requires_grad=True), Tensor(_b, requires_grad=True))._backward(_g)
+        for _mine, _ref in zip(_got, _torch_grads(_torch, [_a, _b], _g), strict=True):
+            assert _same(_mine, _ref)
+for _n in (2, 3, 0.5, -1):
+    _a = np.abs(_rng.normal(size=(3, 2))) + 0.5
+    _g = _rng.normal(size=(3, 2))
+    _got = power(Tensor(_a, requires_grad=True), _n)._backward(_g)
+    assert _same(_got[0], _torch_grads(lambda t, n=_n: t**n, [_a], _g)[0])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 2 (2 points): `matmul`, `tanh`, `relu` and `total`
+#
+# * `matmul(a, b)` for 2-D arrays: $\partial L/\partial a = G\,b^\top$ and
+#   $\partial L/\partial b = a^\top G$ (check the shapes: they must match `a` and `b`);
+# * `tanh(a)`: $1 - \tanh^2(a)$ times `grad`; the forward pass already computed
+#   $\tanh(a)$ as `out_data`, so reuse it;
+# * `relu(a)`: `grad` where `a > 0`, zero elsewhere;
+# * `total(a)`, the sum of all entries (the `.sum()` method): `grad` is a 0-d array;
+#   every entry of `a` gets it (`np.ones_like` or `np.broadcast_to` help).
+
+
+# %% nbgrader={"solution": true, "grade_id": "matrix_ops"}
+def matmul(a, b):
+    a, b = as_tensor(a), as_tensor(b)
+
+    def backward(grad):
+        ### BEGIN SOLUTION
+        return grad @ b.data.T, a.data.T @ grad
+        ### END SOLUTION
+
+    return make_result(a.data @ b.data, (a, b), backward, "MatMul")
+
+
+def tanh(a):
+    a = as_tensor(a)
+    out_data = np.tanh(a.data)
+
+    def backward(grad):
+        ### BEGIN SOLUTION
+        return (grad * (1 - out_data**2),)
+        ### END SOLUTION
+
+    return make_result(out_data, (a,), backward, "Tanh")
+
+
+def relu(a):
+    a = as_tensor(a)
+
+    def backward(grad):
+        ### BEGIN SOLUTION
+        return (grad * (a.data > 0),)
+        ### END SOLUTION
+
+    return make_result(np.maximum(a.data, 0), (a,), backward, "Relu")
+
+
+def total(a):
+    a = as_tensor(a)
+
+    def backward(grad):
+        ### BEGIN SOLUTION
+        return (np.ones_like(a.data) * grad,)
+        ### END SOLUTION
+
+    return make_result(a.data.sum(), (a,), backward, "Sum")
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_matrix_ops", "points": 2}
+_rng = np.random.default_rng(80)
+_a, _b, _g = _rng.normal(size=(3, 2)), _rng.normal(size=(2, 4)), _rng.normal(size=(3, 4))
+_got = matmul(Tensor(_a, requires_grad=True), Tensor(_b, requires_grad=True))._backward(_g)
+check(
+    isinstance(_got, (tuple, list)) and len(_got) == 2,
+    "matmul's closure should return a tuple of 2 arrays.",
+)
+check(
+    np.shape(_got[0]) == (3, 2) and np.shape(_got[1]) == (2, 4),
+    f"matmul of (3, 2) and (2, 4): the gradients should have shapes (3, 2) and (2, 4), got "
+    f"{np.shape(_got[0])} and {np.shape(_got[1])}. Which side does the transpose go on?",
+)
+for _mine, _ref, _who in zip(_got, _torch_grads(torch.matmul, [_a, _b], _g), "ab", strict=True):
+    check(_same(_mine, _ref), f"matmul: the gradient for {_who} differs from PyTorch's.")
+for _name, _ours, _torch in [("tanh", tanh, torch.tanh), ("relu", relu, torch.relu)]:
+    _got = _ours(Tensor(_a, requires_grad=True))._backward(_g[:, :2])
+    check(
+        isinstance(_got, (tuple, list)) and len(_got) == 1,
+        f"{_name}'s closure should return (gradient,).",
+    )
+    check(
+        _same(_got[0], _torch_grads(_torch, [_a], _g[:, :2])[0]),
+        f"{_name}: the gradient differs from PyTorch's.",
+    )
+_got = total(Tensor(_a, requires_grad=True))._backward(np.array(2.5))
+check(
+    isinstance(_got, (tuple, list)) and len(_got) == 1, "total's closure should return (gradient,)."
+)
+check(
+    np.shape(_got[0]) == (3, 2) and np.allclose(_got[0], 2.5),
+    "total (sum of all entries): every entry should get the incoming gradient 2.5, in the shape of a.",
+)
+### BEGIN HIDDEN TESTS
+_rng = np.random.default_rng()
+for _n, _k, _m in [(1, 1, 1), (4, 3, 2), (2, 5, 1), (1, 3, 3)]:
+    _a, _b, _g = _rng.normal(size=(_n, _k)), _rng.normal(size=(_k, _m)), _rng.normal(size=(_n, _m))
+    _got = matmul(Tensor(_a, requires_grad=True), Tensor(_b, requires_grad=True))._backward(_g)
+    for _mine, _ref in zip(_got, _torch_grads(torch.matmul, [_a, _b], _g), strict=True):
+        assert _same(_mine, _ref)
+    for _ours, _torch in [(tanh, torch.tanh), (relu, torch.relu), (total, torch.sum)]:
+        _gg = _g[:, :1] if _ours is not total else np.array(_rng.normal())
+        _aa = _a[:, :1] if _ours is not total else _a
+        _got = _ours(Tensor(_aa, requires_grad=True))._backward(_gg)
+        assert _same(_got[0], _torch_grads(_torch, [_aa], _gg)[0])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Forward passes work already (they did before the exercises too): build lab 1's recurrent
+# cell with your tensors and look at what was recorded. Each result knows its operation and
+# its parents, and nothing else: there is no graph object anywhere, only these links, made
+# as the lines ran.
+
+# %%
+rng = np.random.default_rng(0)
+Wh = Tensor(rng.normal(size=(3, 3)), requires_grad=True)
+Wx = Tensor(rng.normal(size=(3, 2)), requires_grad=True)
+x = Tensor(rng.normal(size=(2, 1)))
+h = Tensor(rng.normal(size=(3, 1)))
+i2h = Wx @ x
+h2h = Wh @ h
+next_h = (i2h + h2h).tanh()
+out = next_h.sum()
+for name, t in [("out", out), ("next_h", next_h), ("i2h", i2h), ("Wx", Wx), ("x", x)]:
+    parents = [p._op or ("leaf, requires_grad" if p.requires_grad else "leaf") for p in t._parents]
+    print(f"{name:>6}: op={t._op!s:6} requires_grad={t.requires_grad!s:5} parents={parents}")
+with no_grad():
+    frozen = (Wx @ x).tanh()
+print("under no_grad():", frozen._op, frozen.requires_grad, "(a value, no graph)")
+
+# %% [markdown]
+# ## 3. In which order to walk backwards
+#
+# `backward()` must call each node's closure once, and only when the node's gradient is
+# **complete**, that is, after every node that *consumed* it has passed its share back.
+# Any order in which each node comes after all its parents (a *topological order*) does
+# it, walked in reverse.
+#
+# The standard way is a depth-first search that appends a node **after** visiting all its
+# parents (post-order). Appending it *before* its parents looks almost the same and works
+# on a chain, but on a diamond, where one tensor feeds two operations, it calls a node's
+# closure before its second consumer has contributed.
+#
+# ### Exercise 3 (2 points): `topo_order(root)`
+#
+# Return a list of every tensor reachable from `root` through `_parents` (root and leaves
+# included), each exactly **once**, and each **after all of its parents**. Recursion is
+# fine for the graphs of this lab. Use a set of `id(tensor)` to remember what you visited
+# (tensors are not hashable by value).
+
+
+# %% nbgrader={"solution": true, "grade_id": "topo_order"}
+def topo_order(root):
+    ### BEGIN SOLUTION
+    order, seen = [], set()
+
+    def visit(node):
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        for parent in node._parents:
+            visit(parent)
+        order.append(node)
+
+    visit(root)
+    return order
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_topo_order", "points": 2}
+def _node(*parents):
+    """A bare graph node: only the structure matters to topo_order."""
+    return make_result(np.zeros(()), parents, None, "Node")
+
+
+def _is_topological(order, root):
+    _pos = {id(_n): _i for _i, _n in enumerate(order)}
+    _stack, _reach = [root], {}
+    while _stack:
+        _n = _stack.pop()
+        if id(_n) not in _reach:
+            _reach[id(_n)] = _n
+            _stack.extend(_n._parents)
+    if len(order) != len(_pos) or set(_pos) != set(_reach):
+        return False
+    return all(_pos[id(_p)] < _pos[id(_n)] for _n in _reach.values() for _p in _n._parents)
+
+
+_leaf = Tensor(1.0, requires_grad=True)
+_chain = _node(_node(_node(_leaf)))
+_order = topo_order(_chain)
+check(isinstance(_order, list), "topo_order should return a list of tensors.")
+check(
+    len(_order) == 4,
+    f"A chain of 3 operations on one leaf has 4 tensors; your list has {len(_order)}.",
+)
+check(
+    _is_topological(_order, _chain),
+    "On a chain, every tensor must come after its parent (leaf first, root last).",
+)
+_t = _node(_leaf)
+_diamond = _node(_t, _node(_t, Tensor(2.0, requires_grad=True)))
+_order = topo_order(_diamond)
+check(
+    len(_order) == 5,
+    f"A diamond (t feeds two operations) has 5 distinct tensors; you listed {len(_order)}. "
+    "Visit each tensor once: remember id(tensor) in a set.",
+)
+check(
+    _is_topological(_order, _diamond),
+    "In the diamond, some tensor comes before one of its parents. Append a node to the list "
+    "only after visiting all of its parents (post-order).",
+)
+### BEGIN HIDDEN TESTS
+_prng = random.Random()
+for _trial in range(5):
+    _pool = [Tensor(0.0, requires_grad=True) for _ in range(3)]
+    for _k in range(25):
+        _pool.append(_node(*_prng.sample(_pool, _prng.randint(1, 3))))
+    _root = _node(*_pool[-6:])
+    assert _is_topological(topo_order(_root), _root)
+assert len(topo_order(_leaf)) == 1
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 4. The backward pass
+#
+# Now the engine itself, which is short:
+#
+# 1. Seed: the gradient of `root` with respect to itself is ones (`root` is a scalar loss).
+# 2. Walk `reversed(topo_order(root))`. Keep the gradients found so far in a dict keyed by
+#    `id(tensor)`. For a node with a closure, call it with the node's gradient and hand each
+#    parent its share: **add** it to what the parent already has, because a tensor used
+#    twice gets a gradient from each use (the shared weight of lab 3, `W_mid` of
+#    DynamicNet).
+# 3. At a leaf that requires a gradient, **add** the gradient into `.grad` (start from
+#    `None`): like PyTorch, two backward passes accumulate.
+# 4. Unless `retain_graph=True`, free the graph: set the `_backward` of every non-leaf
+#    node you walked to `graph_freed` (defined in the engine cell), which raises the same
+#    error PyTorch raises when you go backwards twice.
+#
+# Gradients of intermediate tensors stay in your dict and are dropped, as in PyTorch
+# (where `retain_grad()` would keep them).
+#
+# ### Exercise 4 (4 points): `backward(root, retain_graph=False)`
+#
+# It uses your closures (exercises 1 and 2) and your `topo_order` (exercise 3). Two checks
+# follow: the gradients (2 points), then accumulation and freeing (2 points).
+
+
+# %% nbgrader={"solution": true, "grade_id": "backward"}
+def backward(root, retain_graph=False):
+    ### BEGIN SOLUTION
+    order = topo_order(root)
+    grads = {id(root): np.ones_like(root.data)}
+    for node in reversed(order):
+        grad = grads.pop(id(node), None)
+        if grad is None or not node.requires_grad:
+            continue
+        if node.is_leaf:
+            node.grad = grad if node.grad is None else node.grad + grad
+            continue
+        for parent, share in zip(node._parents, node._backward(grad), strict=True):
+            if parent.requires_grad:
+                grads[id(parent)] = grads[id(parent)] + share if id(parent) in grads else share
+    if not retain_graph:
+        for node in order:
+            if not node.is_leaf:
+                node._backward = graph_freed
+    ### END SOLUTION
+
+
+# %% [markdown]
+# Lab 2's function $f(x, y, z) = (x^2 + y)\,z$ at $(-2, 2, 3)$ should give
+# $(-12, 3, 6)$. And the recurrent cell from section 2, next to PyTorch:
+
+# %%
+fx, fy, fz = (Tensor(v, requires_grad=True) for v in (-2.0, 2.0, 3.0))
+f = (fx**2 + fy) * fz
+f.backward()
+print("f =", f.data, " df/dx, df/dy, df/dz =", fx.grad, fy.grad, fz.grad)
+
+out.backward()
+torch_Wh = torch.tensor(Wh.data, requires_grad=True)
+torch_Wx = torch.tensor(Wx.data, requires_grad=True)
+torch.tanh(torch_Wx @ torch.tensor(x.data) + torch_Wh @ torch.tensor(h.data)).sum().backward()
+print("ours  d out/d Wx:\n", Wx.grad)
+print("torch d out/d Wx:\n", torch_Wx.grad.numpy())
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_backward_grads", "points": 2}
+def _close(ours, theirs):
+    return ours is not None and _same(ours, theirs.detach().numpy())
+
+
+_x, _y, _z = (Tensor(_v, requires_grad=True) for _v in (-2.0, 2.0, 3.0))
+backward((_x**2 + _y) * _z)
+check(
+    _x.grad is not None, "x.grad is None after backward: add the gradient into .grad at each leaf."
+)
+check(
+    np.allclose([_x.grad, _y.grad, _z.grad], [-12, 3, 6]),
+    f"f(x, y, z) = (x**2 + y) * z at (-2, 2, 3): expected grads (-12, 3, 6), got "
+    f"({_x.grad}, {_y.grad}, {_z.grad}).",
+)
+_w = Tensor(1.5, requires_grad=True)
+backward(_w * _w * _w)
+check(
+    np.isclose(_w.grad, 3 * 1.5**2),
+    f"w * w * w at w = 1.5: expected 3 w**2 = 6.75, got {_w.grad}. A tensor used several times "
+    "must receive the SUM of its shares: add into the dict, do not overwrite.",
+)
+_x = Tensor(0.7, requires_grad=True)
+_t = _x * _x
+backward(_t + _t * Tensor(3.0))
+check(
+    np.isclose(_x.grad, 4 * 2 * 0.7),
+    f"t = x * x; t + 3 t at x = 0.7: expected d/dx = 4 * 2x = 5.6, got {_x.grad}. When t feeds "
+    "two operations, t's closure must run only after both passed their share back: check the order.",
+)
+### BEGIN HIDDEN TESTS
+_rng = np.random.default_rng()
+for _trial in range(3):
+    # lab 1: the recurrent cell
+    _wh, _wx, _xx, _hh = (_rng.normal(size=_s) for _s in [(3, 3), (3, 2), (2, 1), (3, 1)])
+    _Wh, _Wx = Tensor(_wh, requires_grad=True), Tensor(_wx, requires_grad=True)
+    backward(((_Wx @ Tensor(_xx)) + (_Wh @ Tensor(_hh))).tanh().sum())
+    _tWh, _tWx = torch.tensor(_wh, requires_grad=True), torch.tensor(_wx, requires_grad=True)
+    torch.tanh(_tWx @ torch.tensor(_xx) + _tWh @ torch.tensor(_hh)).sum().backward()
+    assert _close(_Wh.grad, _tWh.grad) and _close(_Wx.grad, _tWx.grad)
+    # lab 2: f(x, y, z) = (x**2 + y) z
+    _v = _rng.normal(size=3)
+    _ours = [Tensor(_a, requires_grad=True) for _a in _v]
+    backward((_ours[0] ** 2 + _ours[1]) * _ours[2])
+    _ref = [torch.tensor(_a, requires_grad=True) for _a in _v]
+    ((_ref[0] ** 2 + _ref[1]) * _ref[2]).backward()
+    assert all(_close(_o.grad, _r.grad) for _o, _r in zip(_ours, _ref, strict=True))
+    # lab 3: one weight shared k times, as a scalar and as an unrolled recurrent matrix
+    for _k in (1, 2, 5):
+        _wv, _xv = _rng.normal(size=(3, 3)) * 0.5, _rng.normal(size=(3, 1))
+        _W = Tensor(_wv, requires_grad=True)
+        _hcur = Tensor(_xv)
+        _tW = torch.tensor(_wv, requires_grad=True)
+        _tcur = torch.tensor(_xv)
+        for _ in range(_k):
+            _hcur = (_W @ _hcur).tanh()
+            _tcur = torch.tanh(_tW @ _tcur)
+        backward(_hcur.sum())
+        _tcur.sum().backward()
+        assert _close(_W.grad, _tW.grad)
+        _s = _rng.normal()
+        _sw = Tensor(_s, requires_grad=True)
+        _prod = Tensor(_rng.normal())
+        for _ in range(_k):
+            _prod = _prod * _sw
+        backward(_prod)
+        assert np.isclose(_sw.grad, _k * _prod.data / _s)
+    # a diamond with broadcasting
+    _av = _rng.normal(size=(4, 3))
+    _A = Tensor(_av, requires_grad=True)
+    _T = _A.tanh()
+    backward(((_T * _T) + _T @ Tensor(np.ones((3, 1)))).sum())
+    _tA = torch.tensor(_av, requires_grad=True)
+    _tT = torch.tanh(_tA)
+    ((_tT * _tT) + _tT @ torch.ones(3, 1, dtype=torch.float64)).sum().backward()
+    assert _close(_A.grad, _tA.grad)
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_backward_state", "points": 2}
+_w = Tensor(2.0, requires_grad=True)
+_y = _w**3
+backward(_y, retain_graph=True)
+backward(_y)
+check(
+    _w.grad is not None and np.isclose(_w.grad, 24.0),
+    f"Two backward passes of w**3 at w = 2 should leave w.grad = 12 + 12 = 24, got {_w.grad}. "
+    "At a leaf, add the new gradient to .grad instead of replacing it.",
+)
+_raised = False
+try:
+    backward(_y)
+except RuntimeError:
+    _raised = True
+check(
+    _raised,
+    "A third backward() on the same graph, after a call without retain_graph=True, should raise "
+    "RuntimeError: set the _backward of every non-leaf node to graph_freed at the end.",
+)
+check(_w.is_leaf and np.isclose(_w.grad, 24.0), "A failed backward() must not change w.grad.")
+_v = Tensor(1.0, requires_grad=True)
+_kept = _v * 3.0
+backward(_kept, retain_graph=True)
+backward(_kept, retain_graph=True)
+check(np.isclose(_v.grad, 6.0), "With retain_graph=True every time, the graph must stay usable.")
+### BEGIN HIDDEN TESTS
+_rng = np.random.default_rng()
+_av = _rng.normal(size=(3, 2))
+_A = Tensor(_av, requires_grad=True)
+_B = Tensor(_rng.normal(size=(2, 2)))
+_loss = ((_A @ _B).tanh() * Tensor(_rng.normal(size=(3, 2)))).sum()
+backward(_loss, retain_graph=True)
+_first = _A.grad.copy()
+backward(_loss)
+assert np.allclose(_A.grad, 2 * _first)
+for _node_ in topo_order(_loss):
+    assert _node_.is_leaf or _node_._backward is graph_freed
+with no_grad():
+    _c = _A * 2.0
+assert not _c.requires_grad and _c.is_leaf
+_intermediate = _A * 1.0
+backward((_intermediate * 2.0).sum())
+assert _intermediate.grad is None and np.allclose(_A.grad, 2 * _first + 2.0)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 5. DynamicNet on your engine
+#
+# Lab 5's DynamicNet throws a die on every forward pass and reuses its middle layer that
+# many times. On your engine, like on PyTorch's, nothing special is needed: the loop runs,
+# every pass through it adds nodes, and the shared weight collects one gradient per use.
+#
+# ### Exercise 5 (2 points): `dynamic_net(x, params, depth)`
+#
+# With the tensors in `params` (`W_in`, `b_in`, `W_mid`, `b_mid`, `W_out`, `b_out`; a
+# weight has shape `(in, out)`, a bias `(out,)`) and a batch `x` of shape `(batch, in)`,
+# compute
+#
+# $$h = \text{relu}(x W_{in} + b_{in}),\quad
+#   h \leftarrow \text{relu}(h\,W_{mid} + b_{mid}) \text{ (depth times)},\quad
+#   \text{out} = h\,W_{out} + b_{out}$$
+#
+# and return `out` (no activation after the output layer). The depth is an argument here
+# so that the check can replay a fixed sequence of dice throws on PyTorch too.
+
+
+# %% nbgrader={"solution": true, "grade_id": "dynamic_net"}
+def dynamic_net(x, params, depth):
+    ### BEGIN SOLUTION
+    h = (x @ params["W_in"] + params["b_in"]).relu()
+    for _ in range(depth):
+        h = (h @ params["W_mid"] + params["b_mid"]).relu()
+    return h @ params["W_out"] + params["b_out"]
+    ### END SOLUTION
+
+
+# %% [markdown]
+# Five "training steps" with the dice throws 2, 0, 3, 1, 3 and the loss
+# $\sum \text{out}^2$, calling `backward` after each one **without** zeroing in between: the
+# gradients accumulate over the five graphs, which all had different shapes.
+
+# %%
+sizes = {
+    "W_in": (4, 6),
+    "b_in": (6,),
+    "W_mid": (6, 6),
+    "b_mid": (6,),
+    "W_out": (6, 3),
+    "b_out": (3,),
+}
+start = {name: rng.normal(size=shape) * 0.5 for name, shape in sizes.items()}
+params = {name: Tensor(value, requires_grad=True) for name, value in start.items()}
+batch = rng.normal(size=(5, 4))
+for depth in [2, 0, 3, 1, 3]:
+    (dynamic_net(Tensor(batch), params, depth) ** 2).sum().backward()
+print("our  grad of b_mid:", params["b_mid"].grad)
+
+torch_params = {name: torch.tensor(value, requires_grad=True) for name, value in start.items()}
+for depth in [2, 0, 3, 1, 3]:
+    hidden = torch.relu(torch.tensor(batch) @ torch_params["W_in"] + torch_params["b_in"])
+    for _ in range(depth):
+        hidden = torch.relu(hidden @ torch_params["W_mid"] + torch_params["b_mid"])
+    ((hidden @ torch_params["W_out"] + torch_params["b_out"]) ** 2).sum().backward()
+print("torch grad of b_mid:", torch_params["b_mid"].grad.numpy())
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_dynamic_net", "points": 2}
+def _replay(depths, start, batch):
+    """Gradients of the summed squared outputs over `depths`, ours and PyTorch's."""
+    _ours = {_n: Tensor(_v, requires_grad=True) for _n, _v in start.items()}
+    _outs = []
+    for _d in depths:
+        _o = dynamic_net(Tensor(batch), _ours, _d)
+        _outs.append(_o.data)
+        backward((_o**2).sum())
+    _ref = {_n: torch.tensor(_v, requires_grad=True) for _n, _v in start.items()}
+    _touts = []
+    for _d in depths:
+        _hid = torch.relu(torch.tensor(batch) @ _ref["W_in"] + _ref["b_in"])
+        for _ in range(_d):
+            _hid = torch.relu(_hid @ _ref["W_mid"] + _ref["b_mid"])
+        _o = _hid @ _ref["W_out"] + _ref["b_out"]
+        _touts.append(_o.detach().numpy())
+        (_o**2).sum().backward()
+    return _ours, _ref, _outs, _touts
+
+
+_rng = np.random.default_rng(4)
+_start = {_n: _rng.normal(size=_s) * 0.5 for _n, _s in sizes.items()}
+_batch = _rng.normal(size=(5, 4))
+_o = dynamic_net(Tensor(_batch), {_n: Tensor(_v) for _n, _v in _start.items()}, 2)
+check(
+    isinstance(_o, Tensor) and _o.shape == (5, 3),
+    "dynamic_net should return a Tensor of shape (batch, 3).",
+)
+_ours, _ref, _outs, _touts = _replay([2, 0, 3], _start, _batch)
+check(
+    all(np.allclose(_a, _b) for _a, _b in zip(_outs, _touts, strict=True)),
+    "dynamic_net's output differs from the formula: relu after the input and every middle layer, "
+    "none after the output layer.",
+)
+for _n in sizes:
+    check(_ours[_n].grad is not None, f"{_n}.grad is None after backward: was {_n} used?")
+    check(
+        _close(_ours[_n].grad, _ref[_n].grad),
+        f"The gradient of {_n}, accumulated over the dice throws 2, 0, 3, differs from PyTorch's.",
+    )
+### BEGIN HIDDEN TESTS
+_rng = np.random.default_rng()
+for _trial in range(3):
+    _start = {_n: _rng.normal(size=_s) * 0.5 for _n, _s in sizes.items()}
+    _batch = _rng.normal(size=(_rng.integers(1, 8), 4))
+    _depths = list(_rng.integers(0, 4, size=6))
+    _ours, _ref, _outs, _touts = _replay(_depths, _start, _batch)
+    assert all(np.allclose(_a, _b) for _a, _b in zip(_outs, _touts, strict=True))
+    assert all(_close(_ours[_n].grad, _ref[_n].grad) for _n in sizes)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# That is the whole secret of "dynamic graphs": the graph is a by-product of running the
+# forward code. Each call built a different one; each was walked once and freed; the
+# parameters, the only thing that lives on, collected their gradients from all of them.
+#
+# # Part B: static versus dynamic in today's PyTorch
+#
+# ## 6. What the compiler sees
+#
+# `torch.compile` does the opposite of what you just built: it reads a function's Python
+# bytecode *before* running it (TorchDynamo) and tries to extract one graph of tensor
+# operations to optimise. Where it meets something it cannot put in a graph, it makes a
+# **graph break**: the part so far becomes one graph, the troublesome bit runs as ordinary
+# Python, and a new graph starts after it.
+#
+# `torch._dynamo.explain(fn)(*args)` runs that analysis and counts graphs and breaks. It
+# only needs the graph capture, not the code generation, so it is quick even on a CPU. Here
+# is lab 5's DynamicNet in PyTorch, with its die.
+
+
+# %%
+class DynamicNet(torch.nn.Module):
+    def __init__(self, d_in=4, hidden=6, d_out=3):
+        super().__init__()
+        self.input_linear = torch.nn.Linear(d_in, hidden)
+        self.middle_linear = torch.nn.Linear(hidden, hidden)
+        self.output_linear = torch.nn.Linear(hidden, d_out)
+
+    def forward(self, x):
+        h = F.relu(self.input_linear(x))
+        for _ in range(random.randint(0, 3)):
+            h = F.relu(self.middle_linear(h))
+        return self.output_linear(h)
+
+
+def explain(fn, *args):
+    """Print what TorchDynamo makes of fn(*args): graphs, breaks and why."""
+    torch._dynamo.reset()
+    report = torch._dynamo.explain(fn)(*args)
+    print(f"graphs: {report.graph_count}, graph breaks: {report.graph_break_count}")
+    for number, graph in enumerate(report.graphs, 1):
+        ops = [
+            n.target
+            for n in graph.graph.nodes
+            if n.op in ("call_function", "call_module", "call_method")
+        ]
+        print(f"  graph {number}: {len(ops)} operations")
+    shown = set()
+    for reason in report.break_reasons:
+        where = reason.user_stack[-1] if reason.user_stack else None
+        line = f"line {where.lineno}: {where.line}" if where is not None else "?"
+        text = f"  break at {line}\n    because: {reason.reason.strip().splitlines()[0]}"
+        if text not in shown:  # the same break can be reported more than once
+            shown.add(text)
+            print(text)
+    return report
+
+
+net = DynamicNet()
+batch = torch.randn(5, 4)
+random.seed(0)
+report = explain(net, batch)
+
+# %% [markdown]
+# Read the printout: where did the break happen, and why? To put `range(n)` into a graph
+# the compiler must know `n`, and `n` comes from Python's `random` module, which is not a
+# tensor operation. Does that mean a compiled DynamicNet keeps its first throw forever? Do
+# not guess: count. The backend below hands each graph back unchanged (no optimisation),
+# but numbers it and notes every time it runs. For each call we find the depth by
+# comparing with the eager network at each fixed depth.
+
+
+# %%
+def eager_at_depth(net, x, depth):
+    h = F.relu(net.input_linear(x))
+    for _ in range(depth):
+        h = F.relu(net.middle_linear(h))
+    return net.output_linear(h)
+
+
+graphs_compiled = []
+ran = []  # the numbers of the compiled graphs that ran during the current call
+
+
+def counting_backend(graph_module, example_inputs):
+    number = len(graphs_compiled) + 1
+    graphs_compiled.append(graph_module)
+
+    def run_and_note(*args):
+        ran.append(number)
+        return graph_module.forward(*args)
+
+    return run_and_note
+
+
+torch._dynamo.reset()
+compiled_net = torch.compile(net, backend=counting_backend)
+random.seed(1)
+calls = {}  # depth -> {graphs that ran: how many calls}
+with torch.no_grad():
+    for _ in range(40):
+        ran.clear()
+        y = compiled_net(batch)
+        depth = next(d for d in range(4) if torch.allclose(y, eager_at_depth(net, batch, d)))
+        calls.setdefault(depth, {}).setdefault(tuple(ran), 0)
+        calls[depth][tuple(ran)] += 1
+for number, graph_module in enumerate(graphs_compiled, 1):
+    ops = [
+        getattr(n.target, "__name__", str(n.target))
+        for n in graph_module.graph.nodes
+        if n.op == "call_function"
+    ]
+    print(f"compiled graph {number}: {ops}")
+for depth, seen in sorted(calls.items()):
+    for graphs, count in seen.items():
+        print(f"depth {depth}: {count:2d} calls ran compiled graphs {list(graphs)}")
+print("randomness frozen by compilation?", "yes" if len(calls) == 1 else "no")
+
+# %% [markdown]
+# The Python code around the graphs still runs on every call, die included, so the model
+# stays as dynamic as in eager mode. Compare the depths with the compiled graphs that ran:
+# whatever part of a call no compiled graph covers ran as ordinary eager PyTorch. (To watch
+# the compiler make these decisions, run a script with the environment variable
+# `TORCH_LOGS=graph_breaks,recompiles`.)
+#
+# Seed 000's second model is worse for a compiler: a loop that runs *while a property of
+# the data* holds. Here the condition is a tensor, so its value is only known when the
+# data is there.
+
+
+# %%
+def grow(x, w):
+    while x.norm() < 10:
+        x = x + torch.relu(x @ w) + 0.5
+    return x
+
+
+w_grow = torch.randn(4, 4) * 0.3
+report = explain(grow, batch[:1], w_grow)
+
+# %% [markdown]
+# `fullgraph=True` turns every graph break into an error: that is what `torch.export` and
+# friends need, a single graph that can be saved and run without Python. The same holds for
+# an `if` on a tensor value:
+
+
+# %%
+def branchy(x, w1, w2):
+    if x.sum() > 0:
+        return torch.tanh(x @ w1)
+    return torch.relu(x @ w2)
+
+
+w1, w2 = torch.randn(4, 2), torch.randn(4, 2)
+report = explain(branchy, batch, w1, w2)
+torch._dynamo.reset()
+try:
+    torch.compile(branchy, backend="eager", fullgraph=True)(batch, w1, w2)
+    print("fullgraph=True compiled it")
+except Exception as error:  # the exception class has moved between versions
+    print(type(error).__name__, "with fullgraph=True:", str(error).strip().splitlines()[0])
+
+# %% [markdown]
+# ## 7. Control flow the compiler can keep
+#
+# To stay in one graph, the decision itself must become a graph operation.
+#
+# * `torch.cond(pred, true_fn, false_fn, operands)` takes a boolean 0-d tensor and two
+#   functions of the same operands that return tensors of the **same shape and dtype**. Both
+#   branches are traced into the graph; which one runs is decided at run time.
+# * A loop whose trip count depends on data can be **bounded**: run a fixed number of
+#   steps, and let each step do nothing once the condition fails, with
+#   `torch.where(condition, new_value, old_value)`. It matches the eager loop as long as that
+#   loop stops within the bound. (PyTorch also has an experimental `while_loop` operator in
+#   `torch._higher_order_ops`; the bounded form needs nothing beyond plain tensor
+#   operations.)
+#
+# ### Exercise 6 (2 points): `branchy_cond(x, w1, w2)`
+#
+# Same result as `branchy`, written with `torch.cond`, so that it compiles with
+# `fullgraph=True`. No Python `if` on a tensor.
+
+
+# %% nbgrader={"solution": true, "grade_id": "branchy_cond"}
+def branchy_cond(x, w1, w2):
+    ### BEGIN SOLUTION
+    def positive(x, w1, w2):
+        return torch.tanh(x @ w1)
+
+    def negative(x, w1, w2):
+        return torch.relu(x @ w2)
+
+    return torch.cond(x.sum() > 0, positive, negative, (x, w1, w2))
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_branchy_cond", "points": 2}
+def _breaks(fn, *args):
+    torch._dynamo.reset()
+    return torch._dynamo.explain(fn)(*args).graph_break_count
+
+
+_x = torch.randn(5, 4)
+_w1, _w2 = torch.randn(4, 2), torch.randn(4, 2)
+for _sign in (1.0, -1.0):
+    _xs = _sign * _x.abs()
+    _got = branchy_cond(_xs, _w1, _w2)
+    check(
+        isinstance(_got, torch.Tensor) and torch.allclose(_got, branchy(_xs, _w1, _w2)),
+        f"branchy_cond differs from branchy when x.sum() is {'positive' if _sign > 0 else 'negative'}.",
+    )
+_n = _breaks(branchy_cond, _x, _w1, _w2)
+check(
+    _n == 0, f"branchy_cond still has {_n} graph break(s): use torch.cond instead of a Python if."
+)
+torch._dynamo.reset()
+try:
+    _compiled = torch.compile(branchy_cond, backend="eager", fullgraph=True)
+    _got = _compiled(_x, _w1, _w2)
+except Exception as _error:
+    check(
+        False, f"torch.compile(..., fullgraph=True) failed: {str(_error).strip().splitlines()[0]}"
+    )
+check(
+    torch.allclose(_got, branchy(_x, _w1, _w2)),
+    "The compiled branchy_cond differs from eager branchy.",
+)
+### BEGIN HIDDEN TESTS
+for _trial in range(4):
+    _x = torch.randn(3, 4, dtype=torch.float64) + (1.0 if _trial % 2 else -1.0)
+    _w1 = torch.randn(4, 2, dtype=torch.float64, requires_grad=True)
+    _w2 = torch.randn(4, 2, dtype=torch.float64, requires_grad=True)
+    _y = _compiled(_x, _w1, _w2)
+    assert torch.allclose(_y, branchy(_x, _w1, _w2))
+    _used = _w1 if _x.sum() > 0 else _w2
+    (_g,) = torch.autograd.grad(_y.sum(), [_used])
+    (_ge,) = torch.autograd.grad(branchy(_x, _w1, _w2).sum(), [_used])
+    assert torch.allclose(_g, _ge, atol=1e-6)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# A single graph can be exported. Look for the `cond` node in the program below: both
+# branches live in it as subgraphs.
+
+
+# %%
+class Branchy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w1 = torch.nn.Parameter(torch.randn(4, 2))
+        self.w2 = torch.nn.Parameter(torch.randn(4, 2))
+
+    def forward(self, x):
+        return branchy_cond(x, self.w1, self.w2)
+
+
+started = time.perf_counter()
+exported = torch.export.export(Branchy(), (batch,))
+print(f"exported in {time.perf_counter() - started:.2f} s")
+print(exported.graph_module.code.strip())
+
+# %% [markdown]
+# And PyTorch's own gradients through `cond`: the branch that did not run gives its weight a
+# gradient of zeros, where eager `branchy` leaves it `None` (it was not in that call's
+# graph at all, as seed 000's answer explains).
+
+# %%
+w1g, w2g = torch.randn(4, 2, requires_grad=True), torch.randn(4, 2, requires_grad=True)
+positive_x = batch.abs()
+print(
+    "cond:  grad of w2 =",
+    torch.autograd.grad(branchy_cond(positive_x, w1g, w2g).sum(), [w2g])[0].flatten(),
+)
+print(
+    "eager: grad of w2 =",
+    torch.autograd.grad(branchy(positive_x, w1g, w2g).sum(), [w2g], allow_unused=True)[0],
+)
+
+# %% [markdown]
+# ### Exercise 7 (2 points): `grow_bounded(x, w, max_steps=30)`
+#
+# Same result as `grow` for every input whose loop stops within `max_steps` steps, as a
+# `for` loop of exactly `max_steps` steps with no Python `if` or `while` on a tensor.
+# `torch.where` takes a 0-d boolean tensor as its condition.
+
+
+# %% nbgrader={"solution": true, "grade_id": "grow_bounded"}
+def grow_bounded(x, w, max_steps=30):
+    ### BEGIN SOLUTION
+    for _ in range(max_steps):
+        x = torch.where(x.norm() < 10, x + torch.relu(x @ w) + 0.5, x)
+    return x
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_grow_bounded", "points": 2}
+def _steps(x, w):
+    _n = 0
+    while x.norm() < 10:
+        x, _n = x + torch.relu(x @ w) + 0.5, _n + 1
+    return _n
+
+
+_x = torch.randn(1, 4).clamp(-2, 2)
+check(_steps(_x, w_grow) <= 30, "(internal) the example input needs too many steps")
+_got = grow_bounded(_x, w_grow)
+check(
+    isinstance(_got, torch.Tensor) and torch.allclose(_got, grow(_x, w_grow)),
+    "grow_bounded differs from grow: once x.norm() >= 10, the remaining steps must leave x unchanged.",
+)
+_done = grow(_x, w_grow)
+check(
+    torch.allclose(grow_bounded(_done, w_grow), _done),
+    "An input that is already large must come back unchanged.",
+)
+_n = _breaks(grow_bounded, _x, w_grow)
+check(
+    _n == 0,
+    f"grow_bounded has {_n} graph break(s): no Python if/while on a tensor, use torch.where.",
+)
+torch._dynamo.reset()
+try:
+    _compiled = torch.compile(grow_bounded, backend="eager", fullgraph=True)
+    _got = _compiled(_x, w_grow)
+except Exception as _error:
+    check(
+        False, f"torch.compile(..., fullgraph=True) failed: {str(_error).strip().splitlines()[0]}"
+    )
+check(torch.allclose(_got, grow(_x, w_grow)), "The compiled grow_bounded differs from eager grow.")
+### BEGIN HIDDEN TESTS
+for _trial in range(5):
+    _x = (torch.randn(2, 4) * 0.5).clamp(-2, 2)
+    _w = torch.randn(4, 4) * 0.3
+    assert _steps(_x, _w) <= 30
+    assert torch.allclose(_compiled(_x, _w), grow(_x, _w))
+    assert torch.allclose(grow_bounded(_x, _w), grow(_x, _w))
+_x = torch.zeros(1, 4)
+assert torch.allclose(grow_bounded(_x, w_grow, max_steps=40), grow(_x, w_grow))
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Compare the compiler's view of the two loops. One graph, no breaks; but count its
+# operations: the compiler unrolled all `max_steps` steps, and every call runs them all,
+# however early the `while` loop would have stopped.
+
+# %%
+report = explain(grow_bounded, batch[:1], w_grow)
+steps, value = 0, batch[:1]
+while value.norm() < 10:
+    value, steps = value + torch.relu(value @ w_grow) + 0.5, steps + 1
+print(f"the while loop stopped after {steps} steps; the bounded loop always does 30")
+print("same result:", torch.allclose(grow_bounded(batch[:1], w_grow), grow(batch[:1], w_grow)))
+
+# %% [markdown]
+# ## What you have seen
+#
+# * A define-by-run graph is nothing more than links recorded while the forward code runs:
+#   each result remembers its parents and a closure for its local derivative.
+# * `backward()` is a reverse topological walk that **adds** each share into its parent;
+#   leaves accumulate across calls, and the graph is freed unless you retain it.
+# * Dynamic models cost nothing extra in eager mode, and DynamicNet's gradients on your
+#   engine matched PyTorch's over a whole sequence of differently shaped graphs.
+# * A compiler needs a graph, and Python control flow on data splits it into pieces (graph
+#   breaks) or, with `fullgraph=True`, stops it. Writing the decision as a graph operation
+#   (`torch.cond`, a bounded loop with `torch.where`) gives one graph that compiles and
+#   exports, at a price: both branches must return the same shape, and the bounded loop
+#   always does all its steps.
