@@ -1,0 +1,1182 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lab 6: Training a graph that changes shape
+#
+# A dynamic graph is rebuilt on every forward pass, so a model may take a different path,
+# or even grow a layer, from one batch to the next. This lab answers four questions that
+# come up as soon as you train such a model, each with a measurement you can repeat:
+#
+# 1. Are the gradients of a dynamic graph the same as those of the equivalent static
+#    graph, and is an optimizer step anything more than the chain rule plus an update rule?
+# 2. What do the optimizers do to a parameter the graph did **not** use this step?
+# 3. How do you widen or narrow a layer during training without losing what the network
+#    (and the optimizer) has learned?
+# 4. What does the saved model look like after it changed shape, and how do you load it?
+#
+# Everything runs on small random data made here, in a few seconds on a CPU.
+#
+# **How this lab works.** Cells marked *exercise* are yours: replace
+# `raise NotImplementedError(...)` with your code. The cell after each exercise is a
+# *check*: run it, and if something is wrong it tells you what, in words. When you submit,
+# the same checks run again with extra hidden cases, so make the code right, not just the
+# printed numbers. Run the notebook top to bottom (*Kernel > Restart and run all*) before
+# you submit.
+
+# %% nbgrader={"locked": true, "grade_id": "setup"}
+# Setup: works in JupyterLab, VS Code and Colab. Installs torchviz only if it is missing.
+import importlib.util
+import subprocess
+import sys
+import warnings
+
+if importlib.util.find_spec("torchviz") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "torchviz"], check=False)
+
+import copy
+import io
+import random
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+torch.manual_seed(0)
+random.seed(0)
+torch.set_printoptions(precision=4, sci_mode=False)
+
+
+class CheckFailed(AssertionError):
+    """Raised by the self-checks with a message that says what is wrong."""
+
+
+def check(condition, message):
+    """Stop with a readable message when a self-check fails."""
+    if not condition:
+        raise CheckFailed(message)
+
+
+def draw(tensor, **options):
+    """Draw the graph behind `tensor` with torchviz, or say how to get the picture."""
+    try:
+        from graphviz.backend import ExecutableNotFound
+        from torchviz import make_dot
+    except ImportError:
+        print("torchviz is not installed: run `pip install torchviz` to see graph pictures.")
+        return None
+    graph = make_dot(tensor, **options)
+    try:
+        graph.pipe(format="svg")
+    except ExecutableNotFound:
+        print(
+            "No picture: the Graphviz `dot` program is missing. Install it with "
+            "`apt install graphviz`, `brew install graphviz` or `conda install graphviz` "
+            "(Colab already has it)."
+        )
+        return None
+    return graph
+
+
+print("torch", torch.__version__)
+
+# %% [markdown]
+# ## 1. A dynamic graph has the gradients of its unrolled twin
+#
+# Our running model is a small `DynamicNet`: an input layer, one *middle* layer that the
+# forward pass applies 0 to 3 times (a dice roll decides, or you pass `depth`), and an
+# output layer. The middle layer's weights are **shared** by every repetition.
+#
+# We work in `float64` in this section, so that "equal" can mean equal to $10^{-12}$.
+
+
+# %%
+class DynamicNet(nn.Module):
+    def __init__(self, d_in=5, hidden=8, d_out=3):
+        super().__init__()
+        self.input_linear = nn.Linear(d_in, hidden)
+        self.middle_linear = nn.Linear(hidden, hidden)
+        self.output_linear = nn.Linear(hidden, d_out)
+
+    def forward(self, x, depth=None):
+        if depth is None:
+            depth = random.randint(0, 3)  # the dice roll: a new graph every call
+        h = torch.relu(self.input_linear(x))
+        for _ in range(depth):
+            h = torch.relu(self.middle_linear(h))
+        return self.output_linear(h)  # logits: cross_entropy applies log_softmax itself
+
+
+net = DynamicNet().double()
+x = torch.randn(16, 5, dtype=torch.float64)
+y = torch.randint(0, 3, (16,))
+
+for depth in range(4):
+    net.zero_grad(set_to_none=True)
+    F.cross_entropy(net(x, depth), y).backward()
+    g = net.middle_linear.weight.grad
+    print(
+        f"depth {depth}: middle_linear.weight.grad is",
+        "None" if g is None else f"a tensor, norm {g.norm():.4f}",
+    )
+
+# %% [markdown]
+# With `depth = 0` the middle layer is not in the graph, so `backward()` never reaches it
+# and its `.grad` stays `None`. With depth 2 or 3 the same weight appears several times in
+# the graph, and its gradient is the **sum** of the contributions of every use.
+#
+# In the picture of the depth-2 graph, `middle_linear.weight` appears once (a blue box and
+# its `AccumulateGrad` node), with two arrows leaving that node, one per use; backward adds
+# what comes back along both:
+
+# %%
+draw(F.cross_entropy(net(x, 2), y), params=dict(net.named_parameters()))
+
+# %% [markdown]
+# A static-graph framework would have you write the depth-2 network out as one fixed
+# expression. Nothing about the chain rule changes: the dynamic graph of `net(x, 2)` *is*
+# that expression, recorded while it ran.
+#
+# ### Exercise 1 (2 points): unroll the depth-2 graph by hand
+#
+# Write `unrolled_depth2(p, x)` that computes the logits of `DynamicNet` at depth 2 as one
+# straight-line expression, with no loop, no `if` and no call to `net` or its layers: use
+# the tensors in the dict `p = dict(net.named_parameters())` (for example
+# `p["middle_linear.weight"]`) with `@`, `.T`, `+` and `torch.relu`. A linear layer
+# computes `x @ W.T + b`.
+
+
+# %% nbgrader={"solution": true, "grade_id": "unrolled_depth2"}
+def unrolled_depth2(p, x):
+    ### BEGIN SOLUTION
+    h = torch.relu(x @ p["input_linear.weight"].T + p["input_linear.bias"])
+    h = torch.relu(h @ p["middle_linear.weight"].T + p["middle_linear.bias"])
+    h = torch.relu(h @ p["middle_linear.weight"].T + p["middle_linear.bias"])
+    return h @ p["output_linear.weight"].T + p["output_linear.bias"]
+    ### END SOLUTION
+
+
+# %% [markdown]
+# Now compare the two graphs: the gradients of the same loss with respect to the same
+# parameters, once through `net(x, 2)` and once through your expression.
+
+
+# %%
+def gradients(loss, params):
+    """d loss / d p for every p, as a list (None where p was not used)."""
+    return torch.autograd.grad(loss, params, allow_unused=True)
+
+
+params = list(net.parameters())
+names = [name for name, _ in net.named_parameters()]
+dynamic = gradients(F.cross_entropy(net(x, 2), y), params)
+static = gradients(F.cross_entropy(unrolled_depth2(dict(net.named_parameters()), x), y), params)
+for name, a, b in zip(names, dynamic, static, strict=True):
+    print(f"{name:22} largest difference {(a - b).abs().max().item():.1e}")
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_unrolled_depth2"}
+def _max_grad_gap(_net, _x, _y, _depth):
+    _params = list(_net.parameters())
+    _p = dict(_net.named_parameters())
+    _a = gradients(F.cross_entropy(_net(_x, _depth), _y), _params)
+    _b = gradients(F.cross_entropy(unrolled_depth2(_p, _x), _y), _params)
+    check(
+        all(_g is not None for _g in _b),
+        "Some parameter got no gradient through unrolled_depth2: every one of the six "
+        "tensors in p should be used.",
+    )
+    return max((_u - _v).abs().max().item() for _u, _v in zip(_a, _b, strict=True))
+
+
+_out = unrolled_depth2(dict(net.named_parameters()), x)
+check(
+    isinstance(_out, torch.Tensor) and _out.shape == (16, 3),
+    "unrolled_depth2 should return the logits, a tensor of shape (batch, 3).",
+)
+_gap = _max_grad_gap(net, x, y, 2)
+check(
+    _gap < 1e-12,
+    f"The gradients differ from net(x, 2) by up to {_gap:.1e}. Apply the middle layer twice, "
+    "a ReLU after the input layer and after each middle layer, and no ReLU after the output "
+    "layer (the logits may be negative).",
+)
+### BEGIN HIDDEN TESTS
+for _seed in range(3):
+    torch.manual_seed(100 + _seed)
+    _net = DynamicNet(d_in=4, hidden=6, d_out=5).double()
+    _x = torch.randn(9, 4, dtype=torch.float64)
+    _y = torch.randint(0, 5, (9,))
+    assert _max_grad_gap(_net, _x, _y, 2) < 1e-12
+    assert torch.allclose(
+        unrolled_depth2(dict(_net.named_parameters()), _x), _net(_x, 2), atol=1e-12
+    )
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The differences are zero or a few units in the 16th digit: the two graphs hold the same
+# operations, so backpropagation through them does the same arithmetic. "Dynamic" is about
+# *when* the graph is built, not about *what* is differentiated.
+
+# %% [markdown]
+# ## 2. An optimizer step is an update rule, nothing more
+#
+# After `backward()` every used parameter holds its gradient in `.grad`. An optimizer only
+# reads `.grad` and changes the parameter in place; it never looks at the graph.
+# Stochastic gradient descent with momentum $\mu$ and learning rate $\eta$ keeps one
+# *momentum buffer* $b$ per parameter:
+#
+# $$b \leftarrow g \ \text{(first step)},\qquad b \leftarrow \mu\, b + g \ \text{(later steps)},
+#   \qquad p \leftarrow p - \eta\, b .$$
+#
+# The formula is simple, but "the same" can mean bit for bit. Compare two ways of writing
+# the last update in `float64`:
+
+# %%
+p0 = torch.randn(1000, dtype=torch.float64)
+g0 = torch.randn(1000, dtype=torch.float64)
+reference = torch.nn.Parameter(p0.clone())
+reference.grad = g0.clone()
+torch.optim.SGD([reference], lr=0.1, momentum=0.9).step()
+for label, mine in [
+    ("p - lr * b            ", p0 - 0.1 * g0),
+    ("p.add(b, alpha=-lr)   ", p0.add(g0, alpha=-0.1)),
+]:
+    gap = (mine - reference.detach()).abs().max().item()
+    print(
+        f"{label} identical to torch.optim.SGD: {torch.equal(mine, reference.detach())}  (gap {gap:.1e})"
+    )
+
+# %% [markdown]
+# On the machine this lab was written on, `p - lr * b` misses by one rounding in about one
+# entry in ten (a gap around $10^{-16}$), while `p.add(b, alpha=-lr)` (what `torch.optim.SGD`
+# itself calls) is identical: the `alpha` form computes $p + \alpha b$ in one kernel, so it
+# rounds differently from a separate multiply and subtract. Check the output above on yours.
+#
+# ### Exercise 2 (2 points): one SGD-with-momentum step by hand
+#
+# Write `sgd_momentum_step(params, buffers, lr, momentum)`. `params` is a list of tensors
+# with `.grad` set (or `None`); `buffers` is a list of the same length holding each
+# momentum buffer, `None` before the first step. Update every parameter **in place**
+# (inside `torch.no_grad()`), and return the new list of buffers. It must give results
+# **identical** (`torch.equal`) to `torch.optim.SGD(params, lr=lr, momentum=momentum)`.
+#
+# Do what `torch.optim.SGD` does with a parameter whose `.grad` is `None`: find out in the
+# next check's message if you are unsure, or read section 3 first.
+
+
+# %% nbgrader={"solution": true, "grade_id": "sgd_momentum_step"}
+def sgd_momentum_step(params, buffers, lr, momentum):
+    ### BEGIN SOLUTION
+    new_buffers = []
+    with torch.no_grad():
+        for p, b in zip(params, buffers, strict=True):
+            if p.grad is None:  # not used: torch.optim skips it, buffer and all
+                new_buffers.append(b)
+                continue
+            if b is None:
+                b = p.grad.detach().clone()
+            else:
+                b = b.mul(momentum).add(p.grad)
+            p.add_(b, alpha=-lr)
+            new_buffers.append(b)
+    return new_buffers
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_sgd_momentum_step"}
+def _compare_with_sgd(_grads_per_step, _shapes, _lr, _momentum):
+    """Run torch.optim.SGD and sgd_momentum_step side by side; grads None = not used."""
+    _start = [torch.randn(_s, dtype=torch.float64) for _s in _shapes]
+    _ref = [nn.Parameter(_t.clone()) for _t in _start]
+    _mine = [nn.Parameter(_t.clone()) for _t in _start]
+    _opt = torch.optim.SGD(_ref, lr=_lr, momentum=_momentum)
+    _buffers = [None] * len(_shapes)
+    for _grads in _grads_per_step:
+        for _r, _m, _g in zip(_ref, _mine, _grads, strict=True):
+            _r.grad = None if _g is None else _g.clone()
+            _m.grad = None if _g is None else _g.clone()
+        _opt.step()
+        _buffers = sgd_momentum_step(_mine, _buffers, _lr, _momentum)
+        check(
+            isinstance(_buffers, list) and len(_buffers) == len(_shapes),
+            "sgd_momentum_step should return a list with one buffer per parameter.",
+        )
+    return _ref, _mine
+
+
+_g1, _g2 = torch.randn(40, 30, dtype=torch.float64), torch.randn(40, 30, dtype=torch.float64)
+_ref, _mine = _compare_with_sgd([[_g1], [_g2]], [(40, 30)], 0.1, 0.9)
+check(
+    torch.allclose(_ref[0], _mine[0], atol=1e-12),
+    "After two steps your parameter is not where torch.optim.SGD puts it: on step 1 the buffer "
+    "is the gradient itself, on step 2 it is momentum * buffer + gradient, and each step "
+    "subtracts lr * buffer.",
+)
+check(
+    torch.equal(_ref[0], _mine[0]),
+    "Close, but not identical to torch.optim.SGD (off in the last digits): update with "
+    "p.add_(buffer, alpha=-lr), the way torch.optim does, rather than p - lr * buffer.",
+)
+_ref, _mine = _compare_with_sgd([[_g1, _g2], [_g2, None]], [(40, 30), (40, 30)], 0.1, 0.9)
+check(
+    torch.equal(_ref[1], _mine[1]),
+    "A parameter whose .grad is None (the graph did not use it this step) moved differently "
+    "from torch.optim.SGD, which skips it entirely: no update, buffer left as it was. Do not "
+    "treat a missing gradient as a zero gradient.",
+)
+### BEGIN HIDDEN TESTS
+torch.manual_seed(7)
+_shapes = [(50,), (30, 20), (4, 4, 4)]
+_steps = [
+    [torch.randn(_s, dtype=torch.float64) if random.random() < 0.7 else None for _s in _shapes]
+    for _ in range(6)
+]
+for _lr, _mu in [(0.05, 0.5), (0.3, 0.99)]:
+    _ref, _mine = _compare_with_sgd(_steps, _shapes, _lr, _mu)
+    assert all(torch.equal(_a, _b) for _a, _b in zip(_ref, _mine, strict=True))
+_ref, _mine = _compare_with_sgd([[None, None, None]], _shapes, 0.1, 0.9)
+assert all(torch.equal(_a, _b) for _a, _b in zip(_ref, _mine, strict=True))
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Gradients come from the graph, updates come from a rule. Everything else in this lab is
+# about the optimizer's *state* (the buffers you just kept), which outlives every graph.
+
+# %% [markdown]
+# ## 3. Parameters the graph did not use
+#
+# In `DynamicNet` the middle layer sits out whenever the dice roll 0. What happens to it
+# on that step depends on what its `.grad` holds, and that depends on how you cleared the
+# gradients before `backward()`:
+#
+# * `optimizer.zero_grad(set_to_none=True)` (the default since PyTorch 2.0) sets `.grad` to
+#   `None`; a parameter the graph did not reach keeps `None`;
+# * `optimizer.zero_grad(set_to_none=False)` fills `.grad` with zeros; an unused parameter
+#   then holds a gradient of zero, which is a perfectly good number to an optimizer.
+#
+# Let's measure it rather than guess. `TwoBranch` has two layers of the same shape; `coin`
+# picks which ones the forward pass uses (0: only `a`, 1: only `b`, 2: both).
+
+
+# %%
+class TwoBranch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(3, 2)
+        self.b = nn.Linear(3, 2)
+
+    def forward(self, x, coin):
+        out = 0
+        if coin in (0, 2):
+            out = out + self.a(x)
+        if coin in (1, 2):
+            out = out + self.b(x)
+        return out
+
+
+x3 = torch.randn(8, 3)
+
+# %% [markdown]
+# ### Exercise 3 (2 points): how far does an unused layer move?
+#
+# Write `unused_drift(net, optimizer, x, set_to_none)` that does two training steps on the
+# `TwoBranch` `net` with the loss `net(x, coin).pow(2).mean()`:
+#
+# 1. clear the gradients with `optimizer.zero_grad(set_to_none=set_to_none)`, use
+#    **both** branches (`coin=2`), `backward()`, `optimizer.step()`;
+# 2. clear them again the same way, use **only** branch `a` (`coin=0`), `backward()`,
+#    `optimizer.step()`.
+#
+# Return how far branch `b`'s weight moved during step 2 alone, as a float: the norm
+# `(b_after - b_before).norm().item()` of the change of `net.b.weight` (take `b_before` as
+# a `.clone()` just before step 2).
+
+
+# %% nbgrader={"solution": true, "grade_id": "unused_drift"}
+def unused_drift(net, optimizer, x, set_to_none):
+    ### BEGIN SOLUTION
+    optimizer.zero_grad(set_to_none=set_to_none)
+    net(x, 2).pow(2).mean().backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=set_to_none)
+    before = net.b.weight.detach().clone()
+    net(x, 0).pow(2).mean().backward()
+    optimizer.step()
+    return (net.b.weight.detach() - before).norm().item()
+    ### END SOLUTION
+
+
+# %% [markdown]
+# Fill the table: four optimizers, both ways of clearing gradients, same start each time.
+
+# %%
+optimizers = {
+    "SGD": lambda ps: torch.optim.SGD(ps, lr=0.1),
+    "SGD momentum=0.9": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+    "Adam": lambda ps: torch.optim.Adam(ps, lr=0.1),
+    "AdamW": lambda ps: torch.optim.AdamW(ps, lr=0.1),
+}
+print(f"{'optimizer':18} {'set_to_none=True':>17} {'set_to_none=False':>18}")
+for label, make in optimizers.items():
+    row = []
+    for set_to_none in (True, False):
+        torch.manual_seed(1)
+        two = TwoBranch()
+        row.append(unused_drift(two, make(two.parameters()), x3, set_to_none))
+    print(f"{label:18} {row[0]:17.4f} {row[1]:18.4f}")
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_unused_drift"}
+torch.manual_seed(3)
+_net = TwoBranch()
+_probe = copy.deepcopy(_net)  # to compute branch b's first gradient independently
+_probe(x3, 2).pow(2).mean().backward()
+_g_b = _probe.b.weight.grad
+_drift = unused_drift(_net, torch.optim.SGD(_net.parameters(), lr=0.1, momentum=0.9), x3, False)
+check(isinstance(_drift, float), "unused_drift should return a float (use .item()).")
+_expected = 0.1 * 0.9 * _g_b.norm().item()
+check(
+    abs(_drift - _expected) < 1e-6,
+    f"With set_to_none=False and momentum 0.9, branch b should move by lr * momentum * |g1| = "
+    f"{_expected:.4f} in step 2 (its gradient is zero, but its momentum buffer is not), got "
+    f"{_drift:.4f}. Did you pass set_to_none to zero_grad, and measure only step 2?",
+)
+torch.manual_seed(3)
+_net = TwoBranch()
+_drift = unused_drift(_net, torch.optim.SGD(_net.parameters(), lr=0.1, momentum=0.9), x3, True)
+check(
+    _drift == 0.0,
+    f"With set_to_none=True branch b's .grad is None in step 2, so SGD skips it, but it moved by "
+    f"{_drift:.4f}. Use coin=0 in step 2 and clear the gradients with set_to_none.",
+)
+### BEGIN HIDDEN TESTS
+for _make in (
+    lambda ps: torch.optim.Adam(ps, lr=0.05),
+    lambda ps: torch.optim.SGD(ps, lr=0.2, momentum=0.5),
+):
+    for _stn in (True, False):
+        torch.manual_seed(11)
+        _net = TwoBranch()
+        _twin = copy.deepcopy(_net)
+        _x = torch.randn(5, 3)
+        _got = unused_drift(_net, _make(_net.parameters()), _x, _stn)
+        _opt = _make(_twin.parameters())
+        _opt.zero_grad(set_to_none=_stn)
+        _twin(_x, 2).pow(2).mean().backward()
+        _opt.step()
+        _opt.zero_grad(set_to_none=_stn)
+        _before = _twin.b.weight.detach().clone()
+        _twin(_x, 0).pow(2).mean().backward()
+        _opt.step()
+        assert abs(_got - (_twin.b.weight.detach() - _before).norm().item()) < 1e-7
+        assert torch.equal(_net.a.weight, _twin.a.weight)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# What the table shows (look at your numbers): with `set_to_none=True` nothing moves the
+# unused branch, because every `torch.optim` optimizer skips a parameter whose `.grad` is
+# `None`. With `set_to_none=False` plain SGD still does not move it (a zero gradient is a
+# zero step), but SGD with momentum, Adam and AdamW **do**: momentum keeps pushing in the
+# old direction, and Adam divides its decaying first moment by its decaying second moment,
+# which stays of the same order, so the step barely shrinks.
+#
+# For `DynamicNet` this decides what "skipping a layer" means. With `set_to_none=True` a
+# skipped middle layer is frozen for that step, and Adam's per-parameter step counter
+# (`state["step"]`) does not advance for it. Watch the counters after 40 steps with random
+# depth:
+
+# %%
+torch.manual_seed(0)
+random.seed(0)
+dyn = DynamicNet()
+opt = torch.optim.Adam(dyn.parameters(), lr=1e-2)
+xs, ys = torch.randn(64, 5), torch.randint(0, 3, (64,))
+for _ in range(40):
+    opt.zero_grad(set_to_none=True)
+    F.cross_entropy(dyn(xs), ys).backward()
+    opt.step()
+for name, p in dyn.named_parameters():
+    print(f"{name:22} Adam steps taken: {int(opt.state[p]['step'])}")
+
+# %% [markdown]
+# The middle layer took fewer Adam steps than the others: it only counts the batches in
+# which it was part of the graph. Neither behaviour is wrong, but they train different
+# models, so choose on purpose (and know that code written before PyTorch 2.0 defaulted to
+# `set_to_none=False`).
+
+# %% [markdown]
+# ## 4. Growing and shrinking a layer during training
+#
+# Changing the width of a hidden layer changes the **shapes** of the weights on both sides
+# of it, so those parameters must be replaced by new tensors. Two things should survive:
+#
+# * the **function**: right after widening, the network should compute what it computed
+#   before, up to float rounding (so training does not take a step back);
+# * the **optimizer state** of the old weights: Adam's moments `exp_avg` and `exp_avg_sq`
+#   and its `step` count hold what it learned about each weight.
+#
+# Our model for this section is a plain three-layer network; we resize the hidden layer
+# between `fc2` and `fc3`.
+
+
+# %%
+class MLP(nn.Module):
+    def __init__(self, d_in=4, h1=8, h2=6, d_out=3):
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, h1)
+        self.fc2 = nn.Linear(h1, h2)
+        self.fc3 = nn.Linear(h2, d_out)
+
+    def forward(self, x):
+        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+def train(model, optimizer, x, y, steps):
+    for _ in range(steps):
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+def optimizer_report(model, optimizer):
+    """Which parameters the optimizer updates, what state it holds, and what is orphaned."""
+    in_model = {id(p): name for name, p in model.named_parameters()}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            shapes = {
+                k: tuple(v.shape) for k, v in state.items() if torch.is_tensor(v) and v.dim() > 0
+            }
+            print(
+                f"  {in_model.get(id(p), '(not in model!)'):12} {tuple(p.shape)!s:8} state {shapes}"
+            )
+    stale = [p for p in optimizer.state if id(p) not in in_model]
+    print(
+        f"  orphaned state entries (optimizer state of tensors the model no longer has): {len(stale)}"
+    )
+
+
+xg, yg = torch.randn(32, 4), torch.randint(0, 3, (32,))
+torch.manual_seed(0)
+mlp = MLP()
+adam = torch.optim.Adam(mlp.parameters(), lr=1e-2)
+train(mlp, adam, xg, yg, 5)
+optimizer_report(mlp, adam)
+
+# %% [markdown]
+# ### Exercise 4 (2 points): widen a pair of layers without changing the function
+#
+# Write `widen_pair(first, second, extra)` that takes `first = nn.Linear(a, h)` and
+# `second = nn.Linear(h, b)` and returns **new** layers `nn.Linear(a, h + extra)` and
+# `nn.Linear(h + extra, b)` such that `second(relu(first(x)))` is unchanged. The trick
+# (from *Net2Net*, Chen et al. 2016): keep every old weight in place, give each new hidden
+# unit small random **incoming** weights (rows of `first.weight`), and **zero outgoing**
+# weights (columns of `second.weight`), so the new units exist but do not yet contribute.
+#
+# Think about what happens if you make the incoming weights zero too: the function is still
+# preserved, but look at the gradient of the new weights. Copy values inside
+# `torch.no_grad()`.
+
+
+# %% nbgrader={"solution": true, "grade_id": "widen_pair"}
+def widen_pair(first, second, extra):
+    ### BEGIN SOLUTION
+    h = first.out_features
+    new_first = nn.Linear(first.in_features, h + extra)
+    new_second = nn.Linear(h + extra, second.out_features)
+    with torch.no_grad():
+        new_first.weight[:h] = first.weight
+        new_first.bias[:h] = first.bias
+        new_first.weight[h:] = 0.1 * torch.randn(extra, first.in_features)
+        new_first.bias[h:] = 0.0
+        new_second.weight[:, :h] = second.weight
+        new_second.weight[:, h:] = 0.0
+        new_second.bias[:] = second.bias
+    return new_first, new_second
+    ### END SOLUTION
+
+
+# %%
+torch.manual_seed(0)
+f, s = nn.Linear(4, 3), nn.Linear(3, 2)
+f2, s2 = widen_pair(f, s, 2)
+xw = torch.randn(5, 4)
+print("before:", s(torch.relu(f(xw)))[0])
+print("after: ", s2(torch.relu(f2(xw)))[0])
+s2(torch.relu(f2(xw))).pow(2).sum().backward()
+print(
+    "gradient reaching the new units' outgoing weights:", s2.weight.grad[:, 3:].abs().sum().item()
+)
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_widen_pair"}
+def _widen_ok(_a, _h, _b, _extra, _seed):
+    torch.manual_seed(_seed)
+    _f, _s = nn.Linear(_a, _h), nn.Linear(_h, _b)
+    _f_old, _s_old = copy.deepcopy(_f), copy.deepcopy(_s)
+    _nf, _ns = widen_pair(_f, _s, _extra)
+    check(
+        isinstance(_nf, nn.Linear) and isinstance(_ns, nn.Linear),
+        "widen_pair should return two nn.Linear layers.",
+    )
+    check(
+        _nf.weight.shape == (_h + _extra, _a) and _ns.weight.shape == (_b, _h + _extra),
+        f"Expected weights of shape {(_h + _extra, _a)} and {(_b, _h + _extra)}, got "
+        f"{tuple(_nf.weight.shape)} and {tuple(_ns.weight.shape)}.",
+    )
+    check(
+        torch.equal(_f.weight, _f_old.weight) and torch.equal(_s.weight, _s_old.weight),
+        "widen_pair changed the old layers: build new ones and copy the old weights into them.",
+    )
+    check(
+        torch.equal(_nf.weight[:_h], _f.weight) and torch.equal(_ns.weight[:, :_h], _s.weight),
+        "The old weights should sit unchanged in the first rows of the new first layer and "
+        "the first columns of the new second layer.",
+    )
+    _x = torch.randn(20, _a)
+    _gap = (_ns(torch.relu(_nf(_x))) - _s(torch.relu(_f(_x)))).abs().max().item()
+    check(
+        _gap < 1e-6,
+        f"The widened pair computes a different function (gap {_gap:.1e}): the new units' "
+        "outgoing weights (the new columns of the second layer) must be zero.",
+    )
+    _ns(torch.relu(_nf(_x))).pow(2).sum().backward()
+    _learn = _ns.weight.grad[:, _h:].abs().sum().item() + _nf.weight.grad[_h:].abs().sum().item()
+    check(
+        _learn > 0,
+        "The new units get no gradient at all, so training can never switch them on: with zero "
+        "incoming AND zero outgoing weights they output relu(0) = 0 and pass back nothing. "
+        "Give them small random incoming weights.",
+    )
+
+
+_widen_ok(4, 3, 2, 2, 0)
+### BEGIN HIDDEN TESTS
+_widen_ok(6, 5, 4, 3, 1)
+_widen_ok(2, 1, 3, 4, 2)
+_widen_ok(5, 4, 2, 1, 3)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Zero outgoing weights keep the output exact, and the gradient of those weights is the
+# new units' activation, which is nonzero, so the next step starts using them. (Net2Net's
+# other recipe *splits* an existing unit in two and halves its outgoing weights: also exact,
+# and the copies start useful; it needs a little noise to break their symmetry.)
+#
+# ### Exercise 5 (3 points): grow the hidden layer, and the optimizer with it
+#
+# Write `grow(model, optimizer, extra)` for an `MLP` trained with Adam:
+#
+# 1. replace `model.fc2` and `model.fc3` with the layers from `widen_pair(model.fc2,
+#    model.fc3, extra)`;
+# 2. in the optimizer's `param_groups`, put each new parameter where its old one was, so
+#    the optimizer updates the new tensors and forgets the old ones;
+# 3. move the state: the optimizer keys its state by the parameter tensor itself
+#    (`optimizer.state[p]`). For each replaced parameter, delete the old entry and make a new
+#    one whose `exp_avg` and `exp_avg_sq` have the new shape, hold the old values
+#    **bit for bit** where the old weights are (`new[:rows, :cols] = old`), zeros elsewhere,
+#    and whose `step` is a copy of the old one. Leave `fc1`'s state untouched.
+#
+# Return nothing. A parameter that never took a step may have no state at all: skip it.
+
+
+# %% nbgrader={"solution": true, "grade_id": "grow"}
+def grow(model, optimizer, extra):
+    ### BEGIN SOLUTION
+    new_fc2, new_fc3 = widen_pair(model.fc2, model.fc3, extra)
+    pairs = [
+        (model.fc2.weight, new_fc2.weight),
+        (model.fc2.bias, new_fc2.bias),
+        (model.fc3.weight, new_fc3.weight),
+        (model.fc3.bias, new_fc3.bias),
+    ]
+    model.fc2, model.fc3 = new_fc2, new_fc3
+    for old, new in pairs:
+        for group in optimizer.param_groups:
+            group["params"] = [new if q is old else q for q in group["params"]]
+        if old in optimizer.state:
+            state = optimizer.state.pop(old)
+            moved = {}
+            for key, value in state.items():
+                if torch.is_tensor(value) and value.shape == old.shape:
+                    bigger = torch.zeros_like(new)
+                    bigger[tuple(slice(0, n) for n in old.shape)] = value
+                    moved[key] = bigger
+                else:
+                    moved[key] = value.clone() if torch.is_tensor(value) else value
+            optimizer.state[new] = moved
+    ### END SOLUTION
+
+
+# %%
+torch.manual_seed(0)
+grown = MLP()
+adam = torch.optim.Adam(grown.parameters(), lr=1e-2)
+train(grown, adam, xg, yg, 5)
+before = grown(xg)
+grow(grown, adam, 3)
+print("largest change in the output:", (grown(xg) - before).abs().max().item())
+optimizer_report(grown, adam)
+train(grown, adam, xg, yg, 5)  # and training goes on
+
+
+# %% nbgrader={"grade": true, "points": 3, "grade_id": "test_grow"}
+def _grow_ok(_seed, _extra, _h2):
+    torch.manual_seed(_seed)
+    _x, _y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+    _model = MLP(h2=_h2)
+    _opt = torch.optim.Adam(_model.parameters(), lr=0.01)
+    train(_model, _opt, _x, _y, 3)
+    _twin, _twin_opt = copy.deepcopy((_model, _opt))  # the un-grown model, for comparison
+    _fc1_state = {k: v.clone() for k, v in _opt.state[_model.fc1.weight].items()}
+    _old = {n: p.detach().clone() for n, p in _model.named_parameters()}
+    _old_state = {
+        n: {k: v.clone() for k, v in _opt.state[p].items()} for n, p in _model.named_parameters()
+    }
+    grow(_model, _opt, _extra)
+    check(
+        _model.fc2.out_features == _h2 + _extra and _model.fc3.in_features == _h2 + _extra,
+        "model.fc2 and model.fc3 should be replaced by the widened layers.",
+    )
+    _gap = (_model(_x) - _twin(_x)).abs().max().item()
+    check(_gap < 1e-6, f"Growing changed what the model computes (gap {_gap:.1e}).")
+    _params = [p for g in _opt.param_groups for p in g["params"]]
+    check(
+        {id(p) for p in _params} == {id(p) for p in _model.parameters()} and len(_params) == 6,
+        "The optimizer's param_groups should hold exactly the model's current parameters: "
+        "replace each old fc2/fc3 tensor by its new one.",
+    )
+    check(
+        all(id(p) in {id(q) for q in _model.parameters()} for p in _opt.state),
+        "optimizer.state still holds entries for the old fc2/fc3 tensors: move them to the new "
+        "tensors and delete the old entries (they are orphans: nothing will ever use them).",
+    )
+    check(
+        all(torch.equal(_opt.state[_model.fc1.weight][k], v) for k, v in _fc1_state.items()),
+        "fc1's optimizer state changed: only the parameters of fc2 and fc3 are replaced.",
+    )
+    for _name, _p in _model.named_parameters():
+        check(
+            _p in _opt.state, f"The new {_name} has no optimizer state: carry its old state over."
+        )
+        _st = _opt.state[_p]
+        _idx = tuple(slice(0, n) for n in _old[_name].shape)
+        for _k in ("exp_avg", "exp_avg_sq"):
+            check(
+                _st[_k].shape == _p.shape and torch.equal(_st[_k][_idx], _old_state[_name][_k]),
+                f"state[{_name}][{_k!r}] should have the new shape {tuple(_p.shape)} and hold the old "
+                "values bit for bit where the old weights are.",
+            )
+            check(
+                _st[_k].count_nonzero() == _old_state[_name][_k].count_nonzero(),
+                f"state[{_name}][{_k!r}] should be zero at the new units: they have no history yet.",
+            )
+        check(
+            float(_st["step"]) == float(_old_state[_name]["step"]),
+            f"state[{_name}]['step'] should keep the old step count ({float(_old_state[_name]['step']):.0f}); "
+            "resetting it changes Adam's bias correction.",
+        )
+    train(_model, _opt, _x, _y, 1)
+    train(_twin, _twin_opt, _x, _y, 1)
+    for (_name, _p), _q in zip(_model.named_parameters(), _twin.parameters(), strict=True):
+        _idx = tuple(slice(0, n) for n in _q.shape)
+        check(
+            torch.allclose(_p[_idx], _q, atol=1e-6),
+            f"After one more Adam step the old part of {_name} moved differently from the "
+            "un-grown model: the old weights should continue exactly as if nothing happened.",
+        )
+
+
+_grow_ok(0, 3, 6)
+### BEGIN HIDDEN TESTS
+_grow_ok(5, 1, 2)
+_grow_ok(6, 5, 4)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# After growing, the old weights take the same Adam step they would have taken in the
+# small model (up to float rounding; the output changed by about $10^{-8}$ above, the
+# rounding of a wider matrix product): the new units add zero to the output, so the old
+# gradients are unchanged,
+# and the moments and step count came along. Had you created a fresh `Adam`, every weight
+# would restart with `step = 1`, whose bias-corrected update is about `lr` in size for
+# every weight, a jolt to a network in the middle of training.
+#
+# ### Exercise 6 (2 points): shrink the hidden layer, leaving no orphans
+#
+# Write `shrink(model, optimizer, keep)` that keeps only the hidden units of `fc2` listed
+# in `keep` (a list of indices, in increasing order): new `fc2` keeps those rows of its
+# weight and bias, new `fc3` keeps those columns of its weight (and all of its bias). Move
+# the optimizer as in exercise 5, slicing each state tensor the same way as its weight, and
+# delete every old entry. Return nothing. (An orphaned entry is not just wasted memory:
+# `optimizer.state_dict()` looks up every state key in `param_groups` and raises a
+# `KeyError` on one it cannot find.)
+
+
+# %% nbgrader={"solution": true, "grade_id": "shrink"}
+def shrink(model, optimizer, keep):
+    ### BEGIN SOLUTION
+    keep = torch.as_tensor(keep, dtype=torch.long)
+    new_fc2 = nn.Linear(model.fc2.in_features, len(keep))
+    new_fc3 = nn.Linear(len(keep), model.fc3.out_features)
+    cut = [
+        (model.fc2.weight, new_fc2.weight, lambda t: t[keep]),
+        (model.fc2.bias, new_fc2.bias, lambda t: t[keep]),
+        (model.fc3.weight, new_fc3.weight, lambda t: t[:, keep]),
+        (model.fc3.bias, new_fc3.bias, lambda t: t),
+    ]
+    with torch.no_grad():
+        for old, new, take in cut:
+            new.copy_(take(old))
+    model.fc2, model.fc3 = new_fc2, new_fc3
+    for old, new, take in cut:
+        for group in optimizer.param_groups:
+            group["params"] = [new if q is old else q for q in group["params"]]
+        if old in optimizer.state:
+            state = optimizer.state.pop(old)
+            optimizer.state[new] = {
+                k: (take(v).clone() if torch.is_tensor(v) and v.shape == old.shape else v)
+                for k, v in state.items()
+            }
+    ### END SOLUTION
+
+
+# %%
+torch.manual_seed(0)
+small = MLP()
+adam = torch.optim.Adam(small.parameters(), lr=1e-2)
+train(small, adam, xg, yg, 5)
+shrink(small, adam, [0, 2, 3, 5])
+optimizer_report(small, adam)
+print("optimizer.state_dict() holds state for", len(adam.state_dict()["state"]), "parameters")
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_shrink"}
+def _shrink_ok(_seed, _keep, _h2):
+    torch.manual_seed(_seed)
+    _x, _y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+    _model = MLP(h2=_h2)
+    _opt = torch.optim.Adam(_model.parameters(), lr=0.01)
+    train(_model, _opt, _x, _y, 3)
+    _ref = copy.deepcopy(_model)
+    _old_state = {
+        n: {k: v.clone() for k, v in _opt.state[p].items()} for n, p in _model.named_parameters()
+    }
+    shrink(_model, _opt, _keep)
+    check(
+        _model.fc2.out_features == len(_keep) and _model.fc3.in_features == len(_keep),
+        f"After shrink, fc2 should have {len(_keep)} outputs and fc3 {len(_keep)} inputs.",
+    )
+    _drop = [i for i in range(_h2) if i not in _keep]
+    with torch.no_grad():
+        _ref.fc3.weight[:, _drop] = 0.0  # the small model = the big one with those units silenced
+    _gap = (_model(_x) - _ref(_x)).abs().max().item()
+    check(
+        _gap < 1e-6,
+        f"The shrunk model should compute the old one minus the dropped units (gap {_gap:.1e}).",
+    )
+    _model_ids = {id(p) for p in _model.parameters()}
+    _params = [p for g in _opt.param_groups for p in g["params"]]
+    check(
+        {id(p) for p in _params} == _model_ids and len(_params) == 6,
+        "The optimizer's param_groups should hold exactly the model's current parameters.",
+    )
+    _orphans = [p for p in _opt.state if id(p) not in _model_ids]
+    check(
+        not _orphans,
+        f"optimizer.state has {len(_orphans)} orphaned entries (state of tensors the model no "
+        "longer has): pop the old entries when you move them. Orphans waste memory, and "
+        "optimizer.state_dict() fails on them with a KeyError, so you could not save.",
+    )
+    _k = torch.tensor(_keep)
+    for _name, _take in [
+        ("fc2.weight", lambda t: t[_k]),
+        ("fc2.bias", lambda t: t[_k]),
+        ("fc3.weight", lambda t: t[:, _k]),
+        ("fc3.bias", lambda t: t),
+    ]:
+        _p = dict(_model.named_parameters())[_name]
+        check(
+            _p in _opt.state, f"The new {_name} has no optimizer state: carry its old state over."
+        )
+        for _key in ("exp_avg", "exp_avg_sq"):
+            check(
+                torch.equal(_opt.state[_p][_key], _take(_old_state[_name][_key])),
+                f"state[{_name}][{_key!r}] should be the old state, sliced like the weight.",
+            )
+
+
+_shrink_ok(0, [0, 2, 3, 5], 6)
+### BEGIN HIDDEN TESTS
+_shrink_ok(1, [1], 3)
+_shrink_ok(2, [0, 1, 2, 3], 4)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 5. Saving and restoring a model that changed shape
+#
+# A `state_dict` is an ordered dict from parameter **names** to tensors. It does not store
+# the code of `forward`, nor the dice rolls: only the modules' tensors. After growing, the
+# names are the same and the shapes are new:
+
+# %%
+torch.manual_seed(0)
+model = MLP()
+grow(model, torch.optim.Adam(model.parameters()), 4)
+saved = model.state_dict()
+for name, t in saved.items():
+    print(f"{name:12} {tuple(t.shape)}")
+
+# %% [markdown]
+# Loading it into a model built with the original sizes fails, and the message says which
+# tensors and which shapes:
+
+# %%
+try:
+    MLP().load_state_dict(saved)
+except RuntimeError as error:
+    print(error)
+
+# %% [markdown]
+# `strict=False` does **not** help here: it forgives names that are missing or unexpected,
+# not shapes that differ (try it). It is for models whose set of layers differs, like a
+# `DynamicNet` saved before someone added a layer:
+
+
+# %%
+class DynamicNetPlus(DynamicNet):
+    def __init__(self):
+        super().__init__()
+        self.extra_linear = nn.Linear(8, 8)
+
+
+result = DynamicNetPlus().load_state_dict(DynamicNet().state_dict(), strict=False)
+print("missing:   ", result.missing_keys)
+print("unexpected:", result.unexpected_keys)
+result = DynamicNet().load_state_dict(DynamicNetPlus().state_dict(), strict=False)
+print("missing:   ", result.missing_keys)
+print("unexpected:", result.unexpected_keys)
+
+# %% [markdown]
+# The missing `extra_linear` keeps its random initial weights: `strict=False` is a promise
+# that you know that, not a fix.
+#
+# ### Exercise 7 (2 points): restore a model of the right shape
+#
+# Write `restore_mlp(state_dict)` that reads the layer sizes from the shapes in the state
+# dict (`fc1.weight` has shape `(h1, d_in)`, and so on), builds an `MLP` of those sizes,
+# loads the state dict with `strict=True` and returns the model.
+
+
+# %% nbgrader={"solution": true, "grade_id": "restore_mlp"}
+def restore_mlp(state_dict):
+    ### BEGIN SOLUTION
+    h1, d_in = state_dict["fc1.weight"].shape
+    h2 = state_dict["fc2.weight"].shape[0]
+    d_out = state_dict["fc3.weight"].shape[0]
+    restored = MLP(d_in=d_in, h1=h1, h2=h2, d_out=d_out)
+    restored.load_state_dict(state_dict, strict=True)
+    return restored
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_restore_mlp"}
+def _restore_ok(_model):
+    _buffer = io.BytesIO()
+    torch.save(_model.state_dict(), _buffer)  # a real round trip through bytes
+    _buffer.seek(0)
+    _sd = torch.load(_buffer)
+    try:
+        _back = restore_mlp(_sd)
+    except NotImplementedError:
+        raise
+    except RuntimeError as _error:
+        check(
+            False,
+            f"restore_mlp failed to load: read the sizes from the shapes. ({str(_error)[:120]}...)",
+        )
+    check(isinstance(_back, MLP), "restore_mlp should return an MLP.")
+    _x = torch.randn(7, _model.fc1.in_features)
+    check(
+        torch.equal(_back(_x), _model(_x)),
+        "The restored model computes something else than the saved one.",
+    )
+
+
+_restore_ok(MLP(h2=10))  # the shape of a grown MLP
+### BEGIN HIDDEN TESTS
+torch.manual_seed(9)
+_restore_ok(MLP(d_in=7, h1=2, h2=9, d_out=5))
+_restore_ok(MLP(h1=5, h2=3))
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### The optimizer's state_dict knows no names
+#
+# `optimizer.state_dict()` stores the state under the **position** of each parameter in
+# `param_groups` (0, 1, 2, ...), not under its name. Loading it matches positions only. So
+# if the model you load into lists its parameters in another order, for instance after a
+# harmless-looking refactor that defines `b` before `a`, the state lands on the wrong
+# tensors, and when the shapes agree nobody complains:
+
+
+# %%
+class TwoBranchV2(nn.Module):  # the same model, layers declared in the other order
+    def __init__(self):
+        super().__init__()
+        self.b = nn.Linear(3, 2)
+        self.a = nn.Linear(3, 2)
+
+    forward = TwoBranch.forward
+
+
+torch.manual_seed(0)
+old = TwoBranch()
+old_opt = torch.optim.Adam(old.parameters(), lr=0.1)
+for _ in range(3):  # only branch a trains
+    old_opt.zero_grad()
+    old(x3, 0).pow(2).mean().backward()
+    old_opt.step()
+
+new = TwoBranchV2()
+new.load_state_dict(old.state_dict())  # by name: fine
+new_opt = torch.optim.Adam(new.parameters(), lr=0.1)
+new_opt.load_state_dict(old_opt.state_dict())  # by position: no error, no warning
+for name, p in new.named_parameters():
+    print(f"{name:9} has Adam state: {p in new_opt.state}")
+
+# %% [markdown]
+# Branch `b` received the moments that `a` earned, and `a` lost its own. Had the shapes
+# differed, you would at least get an error at the next `step()`. The fix is to save the
+# optimizer state **by parameter name**, the way the model's state dict does.
+#
+# ### Exercise 8 (2 points): optimizer state by name
+#
+# Write two functions:
+#
+# * `optimizer_state_by_name(model, optimizer)` returns a dict from parameter name to a
+#   copy of that parameter's state dict (clone the tensors), for every parameter that has
+#   state;
+# * `load_optimizer_state_by_name(model, optimizer, named_state)` puts each saved state
+#   on the parameter of the same name (cloned tensors), and raises a `ValueError` that
+#   names the parameter if a saved state tensor's shape differs from the parameter's (the
+#   scalar `step` has shape `()`: skip such 0-d tensors in the shape check).
+
+
+# %% nbgrader={"solution": true, "grade_id": "state_by_name"}
+def optimizer_state_by_name(model, optimizer):
+    ### BEGIN SOLUTION
+    return {
+        name: {k: (v.clone() if torch.is_tensor(v) else v) for k, v in optimizer.state[p].items()}
+        for name, p in model.named_parameters()
+        if p in optimizer.state
+    }
+    ### END SOLUTION
+
+
+def load_optimizer_state_by_name(model, optimizer, named_state):
+    ### BEGIN SOLUTION
+    params = dict(model.named_parameters())
+    for name, state in named_state.items():
+        p = params[name]
+        for key, value in state.items():
+            if torch.is_tensor(value) and value.dim() > 0 and value.shape != p.shape:
+                raise ValueError(
+                    f"state {key!r} of {name} has shape {tuple(value.shape)}, "
+                    f"the parameter has {tuple(p.shape)}"
+                )
+        optimizer.state[p] = {k: (v.clone() if torch.is_tensor(v) else v) for k, v in state.items()}
+    ### END SOLUTION
+
+
+# %%
+saved_state = optimizer_state_by_name(old, old_opt)
+new_opt = torch.optim.Adam(new.parameters(), lr=0.1)
+load_optimizer_state_by_name(new, new_opt, saved_state)
+for name, p in new.named_parameters():
+    print(f"{name:9} has Adam state: {p in new_opt.state}")
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_state_by_name"}
+def _by_name_ok(_src, _src_opt, _dst):
+    _named = optimizer_state_by_name(_src, _src_opt)
+    check(isinstance(_named, dict), "optimizer_state_by_name should return a dict.")
+    _with_state = {n for n, p in _src.named_parameters() if p in _src_opt.state}
+    check(
+        set(_named) == _with_state,
+        f"Expected keys {sorted(_with_state)} (the names of the parameters with state), got {sorted(_named)}.",
+    )
+    _dst_opt = torch.optim.Adam(_dst.parameters(), lr=0.1)
+    load_optimizer_state_by_name(_dst, _dst_opt, _named)
+    _src_params = dict(_src.named_parameters())
+    for _name, _p in _dst.named_parameters():
+        _had = _src_params[_name] in _src_opt.state
+        check(
+            (_p in _dst_opt.state) == _had,
+            f"{_name} {'should' if _had else 'should not'} have optimizer state after loading: "
+            "match by name, not by position.",
+        )
+        if _had:
+            for _k, _v in _src_opt.state[_src_params[_name]].items():
+                check(
+                    torch.equal(_dst_opt.state[_p][_k], _v),
+                    f"state[{_name}][{_k!r}] differs from the saved one.",
+                )
+                check(
+                    _dst_opt.state[_p][_k] is not _v,
+                    "Clone the state tensors: sharing them ties the two optimizers together.",
+                )
+
+
+_by_name_ok(old, old_opt, TwoBranchV2())
+_bad = {
+    "a.weight": {
+        "step": torch.tensor(1.0),
+        "exp_avg": torch.zeros(5, 5),
+        "exp_avg_sq": torch.zeros(5, 5),
+    }
+}
+try:
+    load_optimizer_state_by_name(TwoBranch(), torch.optim.Adam(TwoBranch().parameters()), _bad)
+    _raised = False
+except ValueError:
+    _raised = True
+check(
+    _raised, "Loading state of shape (5, 5) onto a.weight (shape (2, 3)) should raise ValueError."
+)
+### BEGIN HIDDEN TESTS
+torch.manual_seed(4)
+_m = MLP()
+_o = torch.optim.Adam(_m.parameters(), lr=0.01)
+train(_m, _o, xg, yg, 2)
+_by_name_ok(_m, _o, MLP())
+_m2 = MLP(h2=9)
+try:
+    load_optimizer_state_by_name(
+        _m2, torch.optim.Adam(_m2.parameters()), optimizer_state_by_name(_m, _o)
+    )
+    assert False, "expected ValueError"
+except ValueError as _error:
+    assert "fc2" in str(_error) or "fc3" in str(_error)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## What you have seen
+#
+# * A dynamic graph and its unrolled static twin give the same gradients; a shared layer
+#   used twice gets the sum of both contributions, and a layer not used gets `None`.
+# * An optimizer step is an update rule applied to `.grad`; yours matched `torch.optim.SGD`
+#   bit for bit once it used the same operations.
+# * A `None` gradient means "skip me" to every `torch.optim` optimizer; a zero gradient
+#   still lets momentum and Adam move a parameter. `zero_grad(set_to_none=...)` chooses.
+# * Widening a layer with zero outgoing weights preserves the function exactly; the
+#   optimizer keys its state by tensor, so replaced tensors need their state moved, old
+#   entries deleted, and nothing left orphaned.
+# * A `state_dict` maps names to tensors and knows nothing of `forward`; loading checks
+#   names and shapes (`strict=False` forgives names only). An optimizer's `state_dict`
+#   matches by position: save it by name when the model's layout may change.
