@@ -36,3 +36,7 @@ c.GenerateFeedback.preprocessors = [
     "graders.feedback.HideHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
+
+# Kernels talk to nbgrader over Unix sockets, which also reach a kernel in the grading
+# sandbox's own network namespace (graders/sandbox.py).
+c.KernelManager.transport = "ipc"

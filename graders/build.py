@@ -73,10 +73,10 @@ def write_sources(root: Path, labs: list[str]) -> None:
 
 
 def nbgrader(
-    *args: str, root: Path = REPO, timeout: float | None = None
+    *args: str, root: Path = REPO, timeout: float | None = None, env: dict | None = None
 ) -> subprocess.CompletedProcess:
     """Run the nbgrader CLI on the course in `root`, configured by REPO/nbgrader_config.py."""
-    env = dict(os.environ)
+    env = dict(os.environ, **(env or {}))
     # nbgrader calls the `alembic` script of its own environment by name.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     cmd = [sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={root}"]

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import nbformat
 
+from graders import sandbox
 from graders.build import nbgrader
 from graders.course import LABS, REPO
 
@@ -111,19 +112,43 @@ class Outcome:
     error: str | None = None
 
 
+def sandbox_env(root: Path, scratch: Path, workdir: Path) -> dict[str, str]:
+    """Environment for nbgrader so that the notebook's kernel starts in the sandbox."""
+    runtime = scratch / "runtime"
+    runtime.mkdir()
+    hide = [Path(tempfile.gettempdir()), REPO, root, scratch.parent]
+    readonly = [Path(sys.prefix)]
+    if os.environ.get("COURSE_DATA_ROOT"):
+        readonly.append(Path(os.environ["COURSE_DATA_ROOT"]))
+    argv = sandbox.kernel_argv(workdir, runtime, hide=hide, readonly=readonly)
+    sandbox.write_kernelspec(scratch / "jupyter", argv)
+    # The connection file (nbclient puts it in TMPDIR) and the kernel's Unix sockets live in
+    # `runtime`, the one folder besides the working folder that the sandbox shares.
+    return {
+        "JUPYTER_PATH": str(scratch / "jupyter"),
+        "JUPYTER_RUNTIME_DIR": str(runtime),
+        "TMPDIR": str(runtime),
+        "IPYTHONDIR": str(runtime / "ipython"),
+        "MPLCONFIGDIR": str(runtime / "matplotlib"),
+    }
+
+
 def grade_in_scratch(sub: Submission, root: Path, scratch: Path) -> Outcome:
     """Autograde one submission in a course of its own under `scratch`."""
     scratch.mkdir(parents=True)
     shutil.copy2(root / "gradebook.db", scratch / "gradebook.db")
     shutil.copytree(sub.folder, scratch / "submitted" / sub.student / sub.lab)
+    workdir = scratch / "autograded" / sub.student / sub.lab
     try:
         result = nbgrader(
             "autograde",
             sub.lab,
             f"--student={sub.student}",
             "--force",
+            f"--KernelManager.ip={scratch / 'runtime' / 'kernel'}",
             root=scratch,
             timeout=NOTEBOOK_BUDGET_S,
+            env=sandbox_env(root, scratch, workdir),
         )
     except subprocess.TimeoutExpired:
         return Outcome(
@@ -245,6 +270,9 @@ def grade_class(
     report = Report()
     if not (root / "gradebook.db").is_file():
         raise SystemExit(f"{root / 'gradebook.db'} is missing: run `make build` first.")
+    why_not = sandbox.available()
+    if why_not:
+        raise SystemExit(f"cannot grade safely: {why_not}")
     os.environ.update(prepare_data(labs))
     submissions, report.problems = discover(root, labs)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))

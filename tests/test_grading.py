@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import html
+import json
 import shutil
 import subprocess
 import sys
@@ -38,12 +39,13 @@ def test_demo_class_gets_its_declared_scores(course):
 
 
 def hidden_lines(lab: str) -> list[str]:
-    """Distinctive lines of the lab's hidden tests."""
+    """Lines of the lab's hidden tests that appear nowhere in what students are given."""
+    released = (REPO / "labs" / lab / f"{lab}.ipynb").read_text()
     lines, inside = [], False
     for line in lab_source(lab).read_text().splitlines():
         if "BEGIN HIDDEN TESTS" in line or "END HIDDEN TESTS" in line:
             inside = "BEGIN" in line
-        elif inside and len(line.strip()) > 20:
+        elif inside and len(line.strip()) > 20 and json.dumps(line.strip())[1:-1] not in released:
             lines.append(line.strip())
     return lines
 
@@ -58,6 +60,7 @@ def test_feedback_never_shows_hidden_tests(course):
         assert "HIDDEN TESTS" not in text, page
         leaked = [line for line in hidden_lines(lab) if line in text]
         assert not leaked, f"{page} shows hidden test code: {leaked[:2]}"
+    assert any(hidden_lines(lab) for lab in LABS), "the leak check has nothing to look for"
 
 
 def test_bad_submissions_are_reported_and_the_rest_is_graded(tmp_path):
