@@ -1,0 +1,58 @@
+"""Wall time of grading the demo class: plain sequential `nbgrader autograde` versus the
+course's parallel grader (`make autograde`), in one run, on the same submissions.
+
+    .venv/bin/python benchmarks/grading.py [--workers 2] [--lab LAB ...]
+
+Prints both times, their ratio, and whether the two gave identical grades.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from graders.build import build, nbgrader  # noqa: E402
+from graders.course import LABS  # noqa: E402
+from graders.demo import write_class  # noqa: E402
+from graders.grade import grade_class, prepare_data, read_scores  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--lab", action="append", dest="labs")
+    args = parser.parse_args()
+    labs = args.labs or LABS
+    with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
+        plain, ours = Path(tmp) / "plain", Path(tmp) / "ours"
+        build(root=plain, labs=labs, release=plain / "labs")
+        students = write_class(plain, labs, plain / "labs")
+        shutil.copytree(plain, ours)
+        prepare_data(labs)
+        print(f"{len(students)} submissions, {len(labs)} labs")
+
+        start = time.monotonic()
+        for lab in labs:
+            nbgrader("autograde", lab, "--force", root=plain)
+        t_plain = time.monotonic() - start
+        print(f"plain nbgrader autograde, sequential: {t_plain:7.1f} s")
+
+        start = time.monotonic()
+        grade_class(ours, labs=labs, workers=args.workers, feedback=False, quiet=True)
+        t_ours = time.monotonic() - start
+        print(f"graders.grade, {args.workers} workers:        {t_ours:7.1f} s")
+        print(f"ratio: {t_plain / t_ours:.2f}x")
+
+        same = read_scores(plain, labs)[0] == read_scores(ours, labs)[0]
+        print("grades identical:", same)
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

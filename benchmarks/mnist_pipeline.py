@@ -1,0 +1,144 @@
+"""One training epoch of lab 5's DynamicNet through two input pipelines, side by side.
+
+* seed: the source notebook's pipeline, a DataLoader over torchvision's MNIST with per-sample
+  transforms (PIL image -> ToTensor -> Normalize), batch 128, shuffled;
+* tensors: the lab's pipeline, the whole of MNIST normalised once into one float tensor,
+  shuffled batches taken by indexing.
+
+Both start from the same weights (seed 666), use the same hyper-parameters (SGD lr 0.01,
+momentum 0.5, batch 128) and draw their depths from the same random sequence; each is
+evaluated on the 10,000 test digits afterwards, so equal accuracy shows the shortcut changes
+nothing but speed.
+
+    python benchmarks/mnist_pipeline.py [--root ROOT] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from data import mnist  # noqa: E402
+
+SEED, BATCH, LR, MOMENTUM, HIDDEN = 666, 128, 0.01, 0.5, 100
+MEAN, STD = 0.1307, 0.3081
+
+
+class DynamicNet(nn.Module):
+    """Lab 5's model: 0 to 3 passes through one shared middle layer, drawn per batch."""
+
+    def __init__(self, d_in=784, hidden=HIDDEN, d_out=10):
+        super().__init__()
+        self.input_linear = nn.Linear(d_in, hidden)
+        self.middle_linear = nn.Linear(hidden, hidden)
+        self.output_linear = nn.Linear(hidden, d_out)
+
+    def forward(self, x, rng=random):
+        h = F.relu(self.input_linear(x.reshape(-1, 784)))
+        for _ in range(rng.randint(0, 3)):
+            h = F.relu(self.middle_linear(h))
+        return F.log_softmax(self.output_linear(h), dim=1)
+
+
+def fresh():
+    torch.manual_seed(SEED)
+    model = DynamicNet()
+    return model, torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+
+
+def step(model, optimizer, data, target, rng):
+    optimizer.zero_grad()
+    F.nll_loss(model(data, rng), target).backward()
+    optimizer.step()
+
+
+def seed_epoch(root, rng):
+    from torchvision import datasets, transforms
+
+    model, optimizer = fresh()
+    transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize((MEAN,), (STD,))])
+    train = datasets.MNIST(root, train=True, download=True, transform=transform)
+    loader = torch.utils.data.DataLoader(
+        train, batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(SEED)
+    )
+    start = time.perf_counter()
+    for data, target in loader:
+        step(model, optimizer, data, target, rng)
+    return model, time.perf_counter() - start
+
+
+def load_tensors(root, train):
+    from torchvision import datasets
+
+    raw = datasets.MNIST(root, train=train, download=True)
+    return ((raw.data.float() / 255 - MEAN) / STD).reshape(-1, 784), raw.targets
+
+
+def tensor_epoch(images, labels, rng):
+    model, optimizer = fresh()
+    start = time.perf_counter()
+    order = torch.randperm(len(images), generator=torch.Generator().manual_seed(SEED))
+    for i in range(0, len(images), BATCH):
+        batch = order[i : i + BATCH]
+        step(model, optimizer, images[batch], labels[batch], rng)
+    return model, time.perf_counter() - start
+
+
+@torch.no_grad()
+def accuracy(model, images, labels):
+    """Test accuracy averaged over the four depths (the depth is random at test time too)."""
+    correct = 0
+    for depth in range(4):
+        fixed = random.Random()
+        fixed.randint = lambda a, b, d=depth: d
+        correct += (model(images, fixed).argmax(1) == labels).sum().item()
+    return correct / (4 * len(labels))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=mnist.default_root())
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads (the lab uses 1: tiny matrices)"
+    )
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    prepared = mnist.prepare(args.root, log=lambda line: None)
+    print(prepared.message)
+    root = str(args.root)
+    from torchvision import datasets  # noqa: F401  (imported before the clock starts)
+
+    start = time.perf_counter()
+    images, labels = load_tensors(root, train=True)
+    test_images, test_labels = load_tensors(root, train=False)
+    prep = time.perf_counter() - start
+
+    seed_model, seed_s = seed_epoch(root, random.Random(SEED))
+    tensor_model, tensor_s = tensor_epoch(images, labels, random.Random(SEED))
+    seed_acc = accuracy(seed_model, test_images, test_labels)
+    tensor_acc = accuracy(tensor_model, test_images, test_labels)
+
+    n, per_epoch, with_load = len(images), seed_s / tensor_s, seed_s / (tensor_s + prep)
+    print(f"one epoch of {n:,} digits, batch {BATCH}, {args.threads} torch thread(s)")
+    for name, seconds, acc in [
+        ("seed DataLoader, per-sample transforms", seed_s, seed_acc),
+        ("in-memory tensors, as in lab 5", tensor_s, tensor_acc),
+    ]:
+        print(f"  {name:<38} {seconds:7.2f} s  test accuracy {acc:.2%}")
+    print(f"  {'one-time load + normalise (tensors)':<38} {prep:7.2f} s")
+    print(f"  speed-up: {per_epoch:.1f}x per epoch ({with_load:.1f}x counting the one-time load)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

