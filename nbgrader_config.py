@@ -29,6 +29,16 @@ c.IgnorePattern.pattern = r"(UserWarning|FutureWarning|DeprecationWarning|Runtim
 c.OverwriteCells.add_missing_cells = True
 c.Autograde.create_student = True
 c.LimitOutput.max_lines = 1000
+c.Autograde.autograde_preprocessors = [
+    "nbgrader.preprocessors.Execute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "graders.limits.CapOutputSize",  # characters and bytes, not only lines
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
 
 # Feedback shows which hidden test failed and its message, never the hidden test's code.
 c.GenerateFeedback.preprocessors = [
@@ -36,7 +46,3 @@ c.GenerateFeedback.preprocessors = [
     "graders.feedback.HideHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
-
-# Kernels talk to nbgrader over Unix sockets, which also reach a kernel in the grading
-# sandbox's own network namespace (graders/sandbox.py).
-c.KernelManager.transport = "ipc"

@@ -45,14 +45,30 @@ def full_nbgrader_metadata(short: dict, where: str) -> dict:
 
 
 def source_notebook(lab: str) -> nbformat.NotebookNode:
-    """Read solutions/<lab>/<lab>.py into an nbgrader source notebook."""
+    """Read solutions/<lab>/<lab>.py into an nbgrader source notebook.
+
+    The line ``# %course-setup`` in the setup cell (grade_id "setup") becomes the course's
+    shared setup code, solutions/common/setup_cell.py; the lab's own lines follow it.
+    """
     path = lab_source(lab)
+    shared_setup = (path.parent.parent / "common" / "setup_cell.py").read_text().strip("\n")
     nb = jupytext.read(path)
     nb.metadata.pop("jupytext", None)
     nb.metadata["language_info"] = {"name": "python"}
     seen = set()
     for index, cell in enumerate(nb.cells):
         short = cell.metadata.get("nbgrader")
+        if short is not None and short.get("grade_id") == "setup":
+            # jupytext reads the line `# %course-setup` as the magic `%course-setup`
+            lines = cell.source.splitlines()
+            marks = ("%course-setup", "# %course-setup")
+            at = [i for i, line in enumerate(lines) if line.strip() in marks]
+            if len(at) > 1:
+                raise ValueError(f"{path}: '# %course-setup' appears more than once")
+            if at:  # (tests/test_student_experience.py checks that every lab has it)
+                after = ["", ""] if any(line.strip() for line in lines[at[0] + 1 :]) else []
+                lines[at[0] : at[0] + 1] = shared_setup.splitlines() + after
+                cell.source = "\n".join(lines)
         if short is not None:
             cell.metadata["nbgrader"] = full_nbgrader_metadata(short, f"{path}, cell {index}")
             cell_id = short["grade_id"]

@@ -16,6 +16,7 @@ nbgrader does the grading. Around it, this module:
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import shutil
 import subprocess
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import nbformat
 
-from graders import sandbox
+from graders import judge, sandbox
 from graders.build import nbgrader
 from graders.course import LABS, REPO
 
@@ -112,6 +113,29 @@ class Outcome:
     error: str | None = None
 
 
+def restore_metadata(nb, release):
+    """Give every nbgrader cell its metadata as released (points, type of cell, lock), and
+    take it from cells that were not released as such (a forged or duplicated test cell).
+    nbgrader then restores the cells' sources from the gradebook as usual."""
+    released = {
+        c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]
+        for c in release.cells
+        if "nbgrader" in c.get("metadata", {})
+    }
+    seen = set()
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader")
+        if meta is None:
+            continue
+        grade_id = meta.get("grade_id") if isinstance(meta, dict) else None
+        if grade_id in released and grade_id not in seen:
+            cell.metadata["nbgrader"] = copy.deepcopy(released[grade_id])
+            seen.add(grade_id)
+        else:
+            del cell.metadata["nbgrader"]
+    return nb
+
+
 def sandbox_env(root: Path, scratch: Path, workdir: Path) -> dict[str, str]:
     """Environment for nbgrader so that the notebook's kernel starts in the sandbox."""
     runtime = scratch / "runtime"
@@ -133,11 +157,16 @@ def sandbox_env(root: Path, scratch: Path, workdir: Path) -> dict[str, str]:
     }
 
 
-def grade_in_scratch(sub: Submission, root: Path, scratch: Path) -> Outcome:
+def grade_in_scratch(
+    sub: Submission, root: Path, scratch: Path, cell_timeout: int | None = None
+) -> Outcome:
     """Autograde one submission in a course of its own under `scratch`."""
     scratch.mkdir(parents=True)
     shutil.copy2(root / "gradebook.db", scratch / "gradebook.db")
     shutil.copytree(sub.folder, scratch / "submitted" / sub.student / sub.lab)
+    copy = scratch / "submitted" / sub.student / sub.lab / f"{sub.lab}.ipynb"
+    release = nbformat.read(root / "labs" / sub.lab / f"{sub.lab}.ipynb", as_version=4)
+    nbformat.write(restore_metadata(nbformat.read(copy, as_version=4), release), copy)
     workdir = scratch / "autograded" / sub.student / sub.lab
     try:
         result = nbgrader(
@@ -145,7 +174,10 @@ def grade_in_scratch(sub: Submission, root: Path, scratch: Path) -> Outcome:
             sub.lab,
             f"--student={sub.student}",
             "--force",
+            # Unix sockets reach the kernel in the sandbox's own network namespace
+            "--KernelManager.transport=ipc",
             f"--KernelManager.ip={scratch / 'runtime' / 'kernel'}",
+            *([f"--Execute.timeout={cell_timeout}"] if cell_timeout else []),
             root=scratch,
             timeout=NOTEBOOK_BUDGET_S,
             env=sandbox_env(root, scratch, workdir),
@@ -168,22 +200,32 @@ def grade_in_scratch(sub: Submission, root: Path, scratch: Path) -> Outcome:
     return Outcome(sub, scratch)
 
 
-def merge(outcome: Outcome, root: Path) -> None:
-    """Copy one scratch result (grades, comments, autograded notebook) into the course."""
+def merge(outcome: Outcome, root: Path, reference: dict[str, list[dict]]) -> None:
+    """Copy one scratch result (grades, comments, autograded notebook) into the course.
+
+    A test cell keeps nbgrader's points only if its observations match the reference
+    solution's (graders/judge.py); otherwise it gets 0 and the notebook says why.
+    """
     from sqlalchemy.exc import SAWarning
 
     sub = outcome.submission
+    graded = outcome.scratch / "autograded" / sub.student / sub.lab / f"{sub.lab}.ipynb"
+    nb = nbformat.read(graded, as_version=4)
+    overruled = judge.verdicts(reference, nb)
+    if overruled:
+        judge.mark_failures(nb, overruled)
+        nbformat.write(nb, graded)
     with warnings.catch_warnings():
         # nbgrader's add_submission trips a harmless SQLAlchemy autoflush warning
         warnings.simplefilter("ignore", SAWarning)
-        _merge_grades(sub, outcome.scratch / "gradebook.db", root / "gradebook.db")
+        _merge_grades(sub, outcome.scratch / "gradebook.db", root / "gradebook.db", overruled)
     target = root / "autograded" / sub.student / sub.lab
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(outcome.scratch / "autograded" / sub.student / sub.lab, target)
 
 
-def _merge_grades(sub: Submission, scratch_db: Path, course_db: Path) -> None:
+def _merge_grades(sub: Submission, scratch_db: Path, course_db: Path, overruled: dict) -> None:
     from nbgrader.api import Gradebook, MissingEntry
 
     with Gradebook(f"sqlite:///{scratch_db}") as src, Gradebook(f"sqlite:///{course_db}") as dst:
@@ -198,6 +240,8 @@ def _merge_grades(sub: Submission, scratch_db: Path, course_db: Path) -> None:
             for g in nb.grades:
                 d = dst.find_grade(g.name, nb.name, sub.lab, sub.student)
                 d.auto_score = None if g.auto_score is None else min(g.auto_score, d.max_score)
+                if g.name in overruled:
+                    d.auto_score = 0.0
                 d.manual_score = g.manual_score
                 d.extra_credit = g.extra_credit
                 d.needs_manual_grade = g.needs_manual_grade
@@ -206,6 +250,13 @@ def _merge_grades(sub: Submission, scratch_db: Path, course_db: Path) -> None:
                 d.auto_comment = c.auto_comment
                 d.manual_comment = c.manual_comment
         dst.db.commit()
+
+
+def solution_notebook(root: Path, lab: str) -> Path:
+    path = root / "build" / "source" / lab / f"{lab}.ipynb"
+    if not path.is_file():
+        raise SystemExit(f"{path} is missing: run `make build` first.")
+    return path
 
 
 def record_failure(sub: Submission, root: Path) -> None:
@@ -264,6 +315,7 @@ def grade_class(
     workers: int | None = None,
     feedback: bool = True,
     quiet: bool = False,
+    cell_timeout: int | None = None,
 ) -> Report:
     labs = labs or LABS
     workers = workers or os.cpu_count() or 1
@@ -278,10 +330,18 @@ def grade_class(
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     say(f"grading {len(submissions)} submission(s) on {workers} worker(s)")
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="grading-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="grading-") as tmp,
+        ThreadPoolExecutor(max_workers=1) as reference_pool,
+    ):
+        # the reference solution's observations, one run per lab, beside the grading
+        references = {
+            lab: reference_pool.submit(judge.reference_observations, solution_notebook(root, lab))
+            for lab in sorted({sub.lab for sub in submissions})
+        }
         with ThreadPoolExecutor(max_workers=workers) as pool:
             futures = [
-                pool.submit(grade_in_scratch, sub, root, Path(tmp) / f"{i:05d}")
+                pool.submit(grade_in_scratch, sub, root, Path(tmp) / f"{i:05d}", cell_timeout)
                 for i, sub in enumerate(submissions)
             ]
             for done, future in enumerate(as_completed(futures), 1):
@@ -291,7 +351,7 @@ def grade_class(
                     report.problems.append(Problem(_rel(sub.folder, root), outcome.error))
                     record_failure(sub, root)
                 else:
-                    merge(outcome, root)
+                    merge(outcome, root, references[sub.lab].result())
                 shutil.rmtree(outcome.scratch, ignore_errors=True)
                 elapsed = time.monotonic() - start
                 eta = elapsed / done * (len(submissions) - done)

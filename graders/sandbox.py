@@ -5,7 +5,7 @@ nbgrader starts the notebook's kernel by its kernelspec name (``python3``). For 
 ipykernel inside bubblewrap:
 
 * a new network namespace (no network) and a new PID namespace (a process the notebook
-  forks cannot outlive the kernel);
+  forks cannot outlive the kernel), as an unprivileged user;
 * the whole file system read-only, with the course repository, the temporary folder and
   the grading scratch area hidden; only the submission's own working folder is writable,
   so the gradebook and other students' submissions are out of reach;
@@ -25,6 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+KERNEL_SIDE = Path(__file__).resolve().parent / "kernel"  # grader_observe, for hidden tests
 MEMORY_CAP_BYTES = 8 * 2**30  # address space; torch with dynamo maps about 4 GiB
 FILE_CAP_BYTES = 64 * 2**20  # the largest file a notebook may write
 
@@ -35,8 +36,8 @@ def available() -> str | None:
     if bwrap is None:
         return "bubblewrap (bwrap) is not installed: `apt-get install bubblewrap`"
     probe = subprocess.run(
-        [bwrap, "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--dev", "/dev",
-         "--proc", "/proc", "true"],
+        [bwrap, "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--unshare-user",
+         "--perms", "0555", "--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc", "true"],
         capture_output=True, text=True,
     )  # fmt: skip
     if probe.returncode != 0:
@@ -57,18 +58,22 @@ def kernel_argv(workdir: Path, runtime: Path, hide: list[Path], readonly: list[P
         "--unshare-net",
         "--unshare-pid",
         "--unshare-ipc",
+        # an unprivileged user inside: the hidden places below are read-only to it
+        "--unshare-user", "--uid", "65534", "--gid", "65534",
         "--die-with-parent",
         # ipykernel polls its parent PID; inside the PID namespace its parent is bwrap's init
         "--unsetenv", "JPY_PARENT_PID",
     ]  # fmt: skip
     for path in hide:
-        argv += ["--tmpfs", str(path)]
-    for path in readonly:
+        argv += ["--perms", "0555", "--tmpfs", str(path)]
+    for path in [*readonly, KERNEL_SIDE]:
         if path.exists():
             argv += ["--ro-bind", str(path), str(path)]
     for path in (workdir, runtime):
         argv += ["--bind", str(path), str(path)]
-    argv += ["--chdir", str(workdir)]
+    for path in hide:  # the folders made to hold the binds above stay read-only too
+        argv += ["--remount-ro", str(path)]
+    argv += ["--setenv", "PYTHONPATH", str(KERNEL_SIDE), "--chdir", str(workdir)]
     argv += [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     return argv
 

@@ -12,9 +12,14 @@ import pytest
 
 from graders.build import full_nbgrader_metadata
 from graders.course import LABS, REPO
+from graders.sandbox import KERNEL_SIDE
 
 NBGRADER = [sys.executable, "-m", "nbgrader"]
-ENV = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))
+ENV = dict(
+    os.environ,
+    PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]),
+    PYTHONPATH=str(KERNEL_SIDE),  # hidden tests import grader_observe
+)
 
 
 def release_path(lab):

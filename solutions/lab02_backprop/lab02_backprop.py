@@ -29,52 +29,7 @@
 # you submit.
 
 # %% nbgrader={"locked": true, "grade_id": "setup"}
-# Setup: works in JupyterLab, VS Code and Colab. Installs torchviz only if it is missing.
-import importlib.util
-import subprocess
-import sys
-import warnings
-
-if importlib.util.find_spec("torchviz") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "torchviz"], check=False)
-
-import torch
-
-torch.manual_seed(0)
-torch.set_printoptions(precision=4, sci_mode=False)
-
-
-class CheckFailed(AssertionError):
-    """Raised by the self-checks with a message that says what is wrong."""
-
-
-def check(condition, message):
-    """Stop with a readable message when a self-check fails."""
-    if not condition:
-        raise CheckFailed(message)
-
-
-def draw(tensor, **options):
-    """Draw the graph behind `tensor` with torchviz, or say how to get the picture."""
-    try:
-        from graphviz.backend import ExecutableNotFound
-        from torchviz import make_dot
-    except ImportError:
-        print("torchviz is not installed: run `pip install torchviz` to see graph pictures.")
-        return None
-    graph = make_dot(tensor, **options)
-    try:
-        graph.pipe(format="svg")
-    except ExecutableNotFound:
-        print(
-            "No picture: the Graphviz `dot` program is missing. Install it with "
-            "`apt install graphviz`, `brew install graphviz` or `conda install graphviz` "
-            "(Colab already has it)."
-        )
-        return None
-    return graph
-
-
+# %course-setup
 print("torch", torch.__version__)
 
 # %% [markdown]
@@ -183,11 +138,17 @@ check(
     "d out / d next_h should be all ones, since out = next_h.sum().",
 )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+_gen = torch.Generator().manual_seed(2)
 for _ in range(3):
-    _Wh = torch.randn(3, 3, requires_grad=True)
-    _Wx = torch.randn(3, 2, requires_grad=True)
-    _x, _h = torch.randn(2, 1), torch.randn(3, 1)
+    _Wh = torch.randn(3, 3, requires_grad=True, generator=_gen)
+    _Wx = torch.randn(3, 2, requires_grad=True, generator=_gen)
+    _x, _h = torch.randn(2, 1, generator=_gen), torch.randn(3, 1, generator=_gen)
     _out, _next_h = recurrent_step(_Wh, _Wx, _x, _h)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        observe("step", [_out, _Wh.grad, _Wx.grad, _next_h.grad], atol=1e-6)
     _a = _Wx @ _x + _Wh @ _h
     assert torch.allclose(_out, torch.tanh(_a).sum())
     _da = 1 - torch.tanh(_a) ** 2
@@ -247,9 +208,13 @@ check(
     f"For w = 2 expected w.grad = 24 (two backward calls of 3*w**2 = 12 each), got {_g.item()}.",
 )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
 for _v in (-1.5, 0.5, 3.0):
     _w = torch.tensor(_v, requires_grad=True, dtype=torch.float64)
-    assert abs(backward_twice(_w).item() - 6 * _v**2) < 1e-9
+    _g = backward_twice(_w)
+    observe("w.grad", _g)
+    assert abs(_g.item() - 6 * _v**2) < 1e-9
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -313,8 +278,11 @@ check(
     "If they grow, the gradient is accumulating: reset Wh.grad (Wh.grad.zero_()) before each backward().",
 )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
 Wh.grad = torch.full((3, 3), 5.0)  # stale gradient from an earlier pass must not leak in
 _values = fresh_gradients(5)
+observe("values", _values, atol=1e-6)
 assert len(_values) == 5 and all(abs(v - _expected) < 1e-6 for v in _values)
 ### END HIDDEN TESTS
 
@@ -370,6 +338,9 @@ check(
     f"df/dx = 2*x*z should be -12, got {x.grad.item()}: with z = 3, x must be -2.",
 )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+observe("f, x, y, z and their grads", [f, x, y, z, x.grad, y.grad, z.grad])
 assert abs(f.item() - 18.0) < 1e-6
 assert x.item() == -2.0 and y.item() == 2.0 and z.item() == 3.0
 ### END HIDDEN TESTS
@@ -391,6 +362,12 @@ check(
 )
 check(abs(q.grad.item() - 3) < 1e-6, f"df/dq = z should be 3, got {q.grad.item()}.")
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    _nodes = [type(t.grad_fn).__name__.rstrip("0123456789") for t in (p, q, f)]
+    observe("p, q, f grads and nodes", [p.grad, q.grad, _nodes])
 assert q.grad_fn is not None and type(q.grad_fn).__name__.startswith("AddBackward")
 assert p.grad_fn is not None and type(p.grad_fn).__name__.startswith("PowBackward")
 assert f.grad_fn is not None and type(f.grad_fn).__name__.startswith("MulBackward")
