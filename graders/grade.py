@@ -57,8 +57,17 @@ class Report:
     problems: list[Problem] = field(default_factory=list)
 
 
+MAX_NOTEBOOK_BYTES = 50 * 2**20
+
+
 def notebook_problem(path: Path) -> str | None:
     """Why `path` cannot be graded as a notebook, or None if it can."""
+    size = path.stat().st_size
+    if size > MAX_NOTEBOOK_BYTES:
+        return (
+            f"the notebook is {size / 2**20:.0f} MB, over the {MAX_NOTEBOOK_BYTES // 2**20} MB "
+            "limit (usually a huge output saved in it: clear the outputs and grade it by hand)"
+        )
     try:
         nb = nbformat.read(path, as_version=4)
     except Exception as error:  # nbformat raises several kinds for broken JSON

@@ -99,6 +99,7 @@ def verdicts(reference: dict[str, list[dict]], student_nb) -> dict[str, str]:
 def reference_observations(solution: Path, timeout: int = 600) -> dict[str, list[dict]]:
     """Run the instructor's solution notebook (trusted code only) and collect its records."""
     from jupyter_client.manager import AsyncKernelManager
+    from jupyter_core.utils import run_sync
     from nbclient import NotebookClient
 
     nb = nbformat.read(solution, as_version=4)
@@ -114,7 +115,10 @@ def reference_observations(solution: Path, timeout: int = 600) -> dict[str, list
         from graders.sandbox import KERNEL_SIDE
 
         env = dict(os.environ, NBGRADER_EXECUTION="autograde", PYTHONPATH=str(KERNEL_SIDE))
-        client.execute(env=env)
+        try:
+            client.execute(env=env)
+        finally:  # the client does not stop a kernel it was handed
+            run_sync(km.shutdown_kernel)(now=True)
     return records(nb)
 
 

@@ -71,6 +71,19 @@ def test_release_fails_every_check(lab, tmp_path):
     assert "Success! The notebook does not pass any tests." in result.stdout, result.stdout[-3000:]
 
 
+@pytest.mark.parametrize("lab", LABS)
+def test_every_check_records_observations_for_the_judge(course, lab):
+    """A test cell's points must not rest on the student's kernel alone (graders/judge.py):
+    each one's hidden tests record what the student's code produced."""
+    nb = json.loads((course / "build" / "source" / lab / f"{lab}.ipynb").read_text())
+    for cell in nb["cells"]:
+        meta = cell["metadata"].get("nbgrader", {})
+        if meta.get("grade") and cell["cell_type"] == "code":
+            source = "".join(cell["source"])
+            hidden = source.partition("BEGIN HIDDEN TESTS")[2]
+            assert "observe(" in hidden, f"{lab}: {meta['grade_id']} records no observation"
+
+
 def test_short_metadata_is_expanded():
     meta = full_nbgrader_metadata({"grade": True, "points": 2, "grade_id": "t"}, "here")
     assert meta == {
