@@ -49,8 +49,12 @@ def main() -> int:
         print(f"graders.grade, {args.workers} workers:        {t_ours:7.1f} s")
         print(f"ratio: {t_plain / t_ours:.2f}x")
 
-        same = read_scores(plain, labs)[0] == read_scores(ours, labs)[0]
+        a, b = read_scores(plain, labs)[0], read_scores(ours, labs)[0]
+        same = a == b
         print("grades identical:", same)
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                print(f"  {key[0]}/{key[1]}: plain {a.get(key)}, ours {b.get(key)}")
     return 0 if same else 1
 
 

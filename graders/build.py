@@ -93,6 +93,9 @@ def nbgrader(
 ) -> subprocess.CompletedProcess:
     """Run the nbgrader CLI on the course in `root`, configured by REPO/nbgrader_config.py."""
     env = dict(os.environ, **(env or {}))
+    # hidden tests import grader_observe, wherever the kernel runs (graders/judge.py)
+    paths = [str(REPO / "graders" / "kernel"), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     # nbgrader calls the `alembic` script of its own environment by name.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     cmd = [sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={root}"]
