@@ -33,52 +33,7 @@
 # you submit.
 
 # %% nbgrader={"locked": true, "grade_id": "setup"}
-# Setup: works in JupyterLab, VS Code and Colab. Installs torchviz only if it is missing.
-import importlib.util
-import subprocess
-import sys
-import warnings
-
-if importlib.util.find_spec("torchviz") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "torchviz"], check=False)
-
-import torch
-
-torch.manual_seed(0)
-torch.set_printoptions(precision=4, sci_mode=False)
-
-
-class CheckFailed(AssertionError):
-    """Raised by the self-checks with a message that says what is wrong."""
-
-
-def check(condition, message):
-    """Stop with a readable message when a self-check fails."""
-    if not condition:
-        raise CheckFailed(message)
-
-
-def draw(tensor, **options):
-    """Draw the graph behind `tensor` with torchviz, or say how to get the picture."""
-    try:
-        from graphviz.backend import ExecutableNotFound
-        from torchviz import make_dot
-    except ImportError:
-        print("torchviz is not installed: run `pip install torchviz` to see graph pictures.")
-        return None
-    graph = make_dot(tensor, **options)
-    try:
-        graph.pipe(format="svg")
-    except ExecutableNotFound:
-        print(
-            "No picture: the Graphviz `dot` program is missing. Install it with "
-            "`apt install graphviz`, `brew install graphviz` or `conda install graphviz` "
-            "(Colab already has it)."
-        )
-        return None
-    return graph
-
-
+# %course-setup
 print("torch", torch.__version__)
 
 # %% [markdown]
@@ -375,11 +330,38 @@ check(
     "walk(Wh) should be ([], []): Wh is a leaf, its grad_fn is None, there is no graph behind it.",
 )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+
+def _canonical_graph(result, t):
+    """walk(t)'s answer with the student's free choices (order) taken out: nodes and edges
+    named by their place in a fixed breadth-first numbering of t's graph, then sorted."""
+    number, order = {}, [t.grad_fn] if t.grad_fn is not None else []
+    for n in order:
+        if id(n) not in number:
+            number[id(n)] = len(number)
+            order.extend(c for c, _ in n.next_functions if c is not None)
+
+    def label(n):
+        name = type(n).__name__.rstrip("0123456789")
+        return f"{number[id(n)]:03d} {name}" if id(n) in number else f"??? {name}"
+
+    nodes, edges = result
+    return {
+        "first": label(nodes[0]) if nodes else None,
+        "nodes": sorted(label(n) for n in nodes),
+        "edges": sorted([label(p), label(c)] for p, c in edges),
+    }
+
+
 with torch.no_grad():
     _untracked = Wh @ h
-assert walk(_untracked) == ([], [])
-_p = torch.randn(4, requires_grad=True)
+_gen = torch.Generator().manual_seed(11)
+_p = torch.randn(4, requires_grad=True, generator=_gen)
 _chain = _p.exp().log().mul(3).sum()
+for _name, _t in (("out", out), ("Wh", Wh), ("untracked", _untracked), ("chain", _chain)):
+    observe(f"walk({_name})", _canonical_graph(walk(_t), _t))
+assert walk(_untracked) == ([], [])
 _n = [_chain.grad_fn]
 while _n[-1].next_functions:
     _n.append(_n[-1].next_functions[0][0])
@@ -408,6 +390,7 @@ _expected_edges = [(_s, _add), (_add, _sin), (_add, _cos), (_sin, _mm), (_cos, _
 _problems = _graph_problems(walk(_out2), _out2, _expected_nodes, _expected_edges)
 check(not _problems, "walk((u.sin() + u.cos()).sum()): " + " ".join(_problems))
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
 
 
 def _reference_walk(t):
@@ -428,15 +411,18 @@ def _reference_walk(t):
 
 
 # a recurrent cell unrolled over 3 steps: Wh and Wx are shared by every step
-_hs = torch.randn(3, 1)
+_gen = torch.Generator().manual_seed(12)
+_hs = torch.randn(3, 1, generator=_gen)
 for _ in range(3):
-    _hs = torch.tanh(Wx @ torch.randn(2, 1) + Wh @ _hs)
+    _hs = torch.tanh(Wx @ torch.randn(2, 1, generator=_gen) + Wh @ _hs)
 _rnn = _hs.sum()
 # a diamond with a leaf used by two different operations, and a multi-output op
-_q = torch.randn(4, requires_grad=True)
-_r = torch.randn(4, requires_grad=True)
+_q = torch.randn(4, requires_grad=True, generator=_gen)
+_r = torch.randn(4, requires_grad=True, generator=_gen)
 _left, _right = (_q * _r + _q).split(2)
 _diamond = (_left * _right).sum() + _q.sum()
+for _name, _t in (("a * a", _sq), ("sin + cos", _out2), ("rnn", _rnn), ("diamond", _diamond)):
+    observe(f"walk({_name})", _canonical_graph(walk(_t), _t))
 for _t in (_rnn, _diamond):
     _ref_nodes, _ref_edges = _reference_walk(_t)
     assert not _graph_problems(walk(_t), _t, _ref_nodes, _ref_edges)
@@ -561,6 +547,23 @@ check(
     "and recording is on.",
 )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+# the predictions, with the optional trailing digits of the node names taken off
+observe(
+    "predictions",
+    [
+        [
+            _expression,
+            predictions[_expression][0],
+            predictions[_expression][1],
+            predictions[_expression][2].rstrip("0123456789")
+            if isinstance(predictions[_expression][2], str)
+            else predictions[_expression][2],
+        ]
+        for _expression in EXPRESSIONS
+    ],
+)
 assert all(isinstance(_p[0], bool) and isinstance(_p[1], bool) for _p in predictions.values())
 assert all(_same_name(predictions[_e][2], _actual(_e)[2]) for _e in EXPRESSIONS)
 ### END HIDDEN TESTS
@@ -627,17 +630,35 @@ check(
     "A tensor used twice is still one leaf.",
 )
 ### BEGIN HIDDEN TESTS
-_w1 = torch.randn(2, 2, requires_grad=True)
-_w2 = torch.randn(2, 2, requires_grad=True)
-_unused = torch.randn(2, 2, requires_grad=True)
-_inp = torch.randn(2, 1)
+from grader_observe import observe
+
+_gen = torch.Generator().manual_seed(13)
+_w1 = torch.randn(2, 2, requires_grad=True, generator=_gen)
+_w2 = torch.randn(2, 2, requires_grad=True, generator=_gen)
+_unused = torch.randn(2, 2, requires_grad=True, generator=_gen)
+_inp = torch.randn(2, 1, generator=_gen)
 _hid = torch.tanh(_w1 @ _inp)
 _loss = (_w2 @ _hid + _w1 @ _hid).sum()
+_names = {id(Wh): "Wh", id(Wx): "Wx", id(a): "a", id(_w1): "w1", id(_w2): "w2"}
+_names[id(_unused)] = "unused"
+
+
+def _which(tensors):
+    """The leaves a student returned, by name (sorted, duplicates kept)."""
+    return sorted(_names.get(id(v), "other") for v in tensors)
+
+
+_cases = (("out", out), ("a * a", (a * a).sum()), ("loss", _loss))
+for _name, _t in _cases:
+    observe(f"leaves({_name})", _which(leaves(_t)))
 _got = leaves(_loss)
 assert _ids(_got) == _ids([_w1, _w2])
 _loss.backward()
 assert _w1.grad is not None and _w2.grad is not None and _unused.grad is None
-assert leaves(_w1) == [] or _ids(leaves(_w1)) == [id(_w1)]
+# a leaf has no graph behind it: [] and [the leaf itself] are both fine answers
+_leaf_ok = leaves(_w1) == [] or _ids(leaves(_w1)) == [id(_w1)]
+observe("leaves(w1) is [] or [w1]", _leaf_ok)
+assert _leaf_ok
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -26,55 +26,11 @@
 # you submit.
 
 # %% nbgrader={"locked": true, "grade_id": "setup"}
-# Setup: works in JupyterLab, VS Code and Colab. Installs torchviz only if it is missing.
-import importlib.util
-import subprocess
-import sys
-import warnings
-
-if importlib.util.find_spec("torchviz") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "torchviz"], check=False)
-
+# %course-setup
 import copy
 
-import torch
 import torch.nn.functional as F
 from torch import nn
-
-torch.manual_seed(0)
-torch.set_printoptions(precision=4, sci_mode=False)
-
-
-class CheckFailed(AssertionError):
-    """Raised by the self-checks with a message that says what is wrong."""
-
-
-def check(condition, message):
-    """Stop with a readable message when a self-check fails."""
-    if not condition:
-        raise CheckFailed(message)
-
-
-def draw(tensor, **options):
-    """Draw the graph behind `tensor` with torchviz, or say how to get the picture."""
-    try:
-        from graphviz.backend import ExecutableNotFound
-        from torchviz import make_dot
-    except ImportError:
-        print("torchviz is not installed: run `pip install torchviz` to see graph pictures.")
-        return None
-    graph = make_dot(tensor, **options)
-    try:
-        graph.pipe(format="svg")
-    except ExecutableNotFound:
-        print(
-            "No picture: the Graphviz `dot` program is missing. Install it with "
-            "`apt install graphviz`, `brew install graphviz` or `conda install graphviz` "
-            "(Colab already has it)."
-        )
-        return None
-    return graph
-
 
 print("torch", torch.__version__)
 
@@ -200,12 +156,16 @@ for _flag, _b_want in ((True, 1.9), (False, 1.81)):
             "set_to_none=set_to_none to zero_grad?",
         )
 ### BEGIN HIDDEN TESTS
-for _a0, _b0 in ((0.5, -1.5), (-2.0, 3.0), (1.25, 0.75)):
+from grader_observe import observe
+
+for _a0, _b0 in ((1.0, 2.0), (0.5, -1.5), (-2.0, 3.0), (1.25, 0.75)):
     _a1, _b1 = _a0 - 0.1 * _b0, _b0 - 0.1 * _a0
     _a2 = _a1 - 0.1 * (0.9 * _b0 + 2 * _a1)
-    _a, _b = two_steps(True, _a0, _b0)
+    _a, _b = (float(v) for v in two_steps(True, _a0, _b0))
+    observe(f"two_steps(True, {_a0}, {_b0})", [_a, _b], rtol=0, atol=1e-9)
     assert abs(_a - _a2) < 1e-9 and abs(_b - _b1) < 1e-9
-    _a, _b = two_steps(False, _a0, _b0)
+    _a, _b = (float(v) for v in two_steps(False, _a0, _b0))
+    observe(f"two_steps(False, {_a0}, {_b0})", [_a, _b], rtol=0, atol=1e-9)
     assert abs(_a - _a2) < 1e-9 and abs(_b - (_b1 - 0.1 * 0.9 * _a0)) < 1e-9
 ### END HIDDEN TESTS
 
@@ -318,11 +278,15 @@ check(
     "accumulates across backward calls, so clear it (W.grad = None) before backward().",
 )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+_gen = torch.Generator().manual_seed(31)
 for _k in (1, 2, 5):
-    _W = torch.randn(4, 4, dtype=torch.float64, requires_grad=True)
+    _W = torch.randn(4, 4, dtype=torch.float64, requires_grad=True, generator=_gen)
     _W.grad = torch.full_like(_W, 7.0)
-    _h0 = torch.randn(4, 1, dtype=torch.float64)
+    _h0 = torch.randn(4, 1, dtype=torch.float64, generator=_gen)
     _shared, _copies = unrolled_grads(_W, _h0, _k)
+    observe(f"unrolled_grads k={_k}", [_shared, list(_copies)], rtol=0, atol=1e-10)
     _Wr = _W.detach().clone().requires_grad_()
     _hr = _h0
     for _ in range(_k):
@@ -389,19 +353,29 @@ _other = torch.randn(3, 3, requires_grad=True)
 _n = count_uses((_other @ _x).sum(), _W)
 check(_n == 0, f"W is not used in this loss, count_uses should return 0, got {_n}.")
 ### BEGIN HIDDEN TESTS
-_a = torch.randn(3, requires_grad=True)
-assert count_uses((_a * _a).sum(), _a) == 2
+from grader_observe import observe
+
+_gen = torch.Generator().manual_seed(32)
+_a = torch.randn(3, requires_grad=True, generator=_gen)
 _middle = nn.Linear(4, 4)
-_z = torch.randn(2, 4)
+_z = torch.randn(2, 4, generator=_gen)
 for _ in range(3):
     _z = _middle(_z).clamp(min=0)
 _z = _z + _z  # a shared intermediate again
-assert count_uses(_z.sum(), _middle.weight) == 3
-assert count_uses(_z.sum(), _middle.bias) == 3
 _t = _W @ _x
 for _ in range(12):  # a long ladder of shared intermediates
     _t = _t.sin() + _t.cos()
-assert count_uses(_t.sum(), _W) == 1
+_counts = [
+    count_uses(_h.sum(), _W),  # the visible cases: 4, 1 and 0
+    count_uses(_u.sin().sum() + _u.cos().sum(), _W),
+    count_uses((_other @ _x).sum(), _W),
+    count_uses((_a * _a).sum(), _a),
+    count_uses(_z.sum(), _middle.weight),
+    count_uses(_z.sum(), _middle.bias),
+    count_uses(_t.sum(), _W),
+]
+observe("count_uses", [float(_c) for _c in _counts], rtol=0, atol=0)
+assert _counts == [4, 1, 0, 2, 3, 3, 1]
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -509,12 +483,18 @@ check(
     "fc_2 did not move, but steps 2 and 3 use branch 2.",
 )
 ### BEGIN HIDDEN TESTS
-for _seed, _branches in ((3, [2, 1, 1, 2, 1]), (4, [1, 1, 1]), (5, [2, 2, 1, 1, 2, 2])):
-    torch.manual_seed(_seed)
+from grader_observe import observe
+
+_gen = torch.Generator().manual_seed(33)
+for _branches in ([2, 1, 1, 2, 1], [1, 1, 1], [2, 2, 1, 1, 2, 2]):
     _net = TwoBranch()
+    with torch.no_grad():  # start from values drawn here, not from the global RNG
+        for _p in _net.parameters():
+            _p.copy_(torch.randn(_p.shape, generator=_gen))
     _ref = copy.deepcopy(_net)
-    _x = torch.rand(16, 4)
+    _x = torch.rand(16, 4, generator=_gen)
     sgd_train(_net, _x, _branches, lr=0.05)
+    observe(f"sgd_train {_branches}", [_p.detach() for _p in _net.parameters()], atol=1e-6)
     _opt = torch.optim.SGD(_ref.parameters(), lr=0.05)
     for _br in _branches:
         _opt.zero_grad()
@@ -613,14 +593,21 @@ for _n, _micro in ((8, 2), (10, 4)):
         ),
     )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+_gen = torch.Generator().manual_seed(34)
 for _n, _micro in ((7, 1), (9, 9), (13, 5), (16, 20)):
     _model = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 1)).double()
-    _X = torch.randn(_n, 4, dtype=torch.float64)
-    _y = torch.randn(_n, 1, dtype=torch.float64)
+    with torch.no_grad():  # start from values drawn here, not from the global RNG
+        for _p in _model.parameters():
+            _p.copy_(torch.randn(_p.shape, dtype=torch.float64, generator=_gen))
+    _X = torch.randn(_n, 4, dtype=torch.float64, generator=_gen)
+    _y = torch.randn(_n, 1, dtype=torch.float64, generator=_gen)
     _want = _big_batch(_model, _X, _y)
     for _p in _model.parameters():
         _p.grad = torch.full_like(_p, 3.0)  # stale gradients must be cleared
     _got = accumulated_grads(_model, _X, _y, _micro)
+    observe(f"accumulated_grads N={_n} micro={_micro}", list(_got), rtol=0, atol=1e-10)
     assert all(torch.allclose(g, w, rtol=0, atol=1e-10) for g, w in zip(_got, _want, strict=True))
 ### END HIDDEN TESTS
 
