@@ -5,9 +5,11 @@ nbgrader does the grading. Around it, this module:
 1. checks every submission folder first and reports, by path, what cannot be graded (a lab
    that does not exist, a missing or unreadable notebook) instead of stopping the class;
 2. grades each submission in its own scratch copy of the course (a copy of the gradebook and
-   of that one submission), so the submitted files are never touched and workers never
-   share a database;
-3. merges each scratch result into the one gradebook, one at a time;
+   of that one submission, its nbgrader metadata restored from the release), so the
+   submitted files are never touched and workers never share a database; the notebook's
+   kernel runs in the sandbox of graders/sandbox.py;
+3. merges each scratch result into the one gradebook, one at a time, keeping a test cell's
+   points only where the independent check of graders/judge.py agrees;
 4. writes feedback HTML and exports grades.csv with nbgrader.
 
     python -m graders.grade [--workers N] [--lab LAB ...]
@@ -173,9 +175,9 @@ def grade_in_scratch(
     scratch.mkdir(parents=True)
     shutil.copy2(root / "gradebook.db", scratch / "gradebook.db")
     shutil.copytree(sub.folder, scratch / "submitted" / sub.student / sub.lab)
-    copy = scratch / "submitted" / sub.student / sub.lab / f"{sub.lab}.ipynb"
+    handed_in = scratch / "submitted" / sub.student / sub.lab / f"{sub.lab}.ipynb"
     release = nbformat.read(root / "labs" / sub.lab / f"{sub.lab}.ipynb", as_version=4)
-    nbformat.write(restore_metadata(nbformat.read(copy, as_version=4), release), copy)
+    nbformat.write(restore_metadata(nbformat.read(handed_in, as_version=4), release), handed_in)
     workdir = scratch / "autograded" / sub.student / sub.lab
     try:
         result = nbgrader(
@@ -193,7 +195,9 @@ def grade_in_scratch(
         )
     except subprocess.TimeoutExpired:
         return Outcome(
-            sub, scratch, f"stopped after the whole-notebook budget of {NOTEBOOK_BUDGET_S} s"
+            sub,
+            scratch,
+            f"stopped after the whole-notebook budget of {NOTEBOOK_BUDGET_S} s; recorded as 0",
         )
     graded = scratch / "autograded" / sub.student / sub.lab / f"{sub.lab}.ipynb"
     if result.returncode != 0 or not graded.is_file():
