@@ -31,10 +31,10 @@ def encode(value):
         return [encode(v) for v in value]
     if isinstance(value, dict):
         return {str(k): encode(v) for k, v in value.items()}
-    if hasattr(value, "item") and callable(value.item):  # numpy scalars
-        return encode(value.item())
-    if hasattr(value, "tolist"):  # numpy arrays
+    if hasattr(value, "tolist") and getattr(value, "ndim", 0) > 0:  # numpy arrays
         return encode(value.tolist())
+    if hasattr(value, "item") and callable(value.item):  # numpy scalars, 0-d arrays
+        return encode(value.item())
     return repr(type(value))
 
 

@@ -1,0 +1,181 @@
+"""A student's view, end to end: JupyterLab with nbgrader, in a real (headless) browser.
+
+Starts `jupyter lab` on a copy of labs/, opens a lab in Debian's chromium through Playwright,
+runs every cell, and checks that the graph picture is rendered and that nbgrader's Validate
+button is on the toolbar. The screenshot lands in test-output/. Skipped, with one line, only
+where no chromium can be had (`make browser` installs it where it can).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from graders.build import source_notebook
+from graders.course import REPO
+from graders.demo import declared_class, student_notebook
+
+LAB = "lab02_backprop"  # draws its graph with draw(out)
+SCREENSHOT = REPO / "test-output" / f"{LAB}-jupyterlab.png"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+STEP_MS = 120_000  # the longest any one step (page load, running all cells) may take
+
+pytestmark = pytest.mark.timeout(480)
+KERNEL_IDLE = (
+    "window.jupyterapp?.shell.currentWidget?.sessionContext?.session?.kernel?.status === 'idle'"
+)
+ERRORS_JS = """() => {
+  const errors = [];
+  for (const cell of window.jupyterapp.shell.currentWidget.content.model.cells) {
+    if (cell.type !== 'code') continue;
+    for (const out of cell.outputs.toJSON()) {
+      if (out.output_type === 'error') errors.push(out.ename + ': ' + out.evalue);
+    }
+  }
+  return errors;
+}"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_server(url: str, server: subprocess.Popen, log: Path, limit_s: float = 90) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"jupyter lab exited ({server.returncode}):\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"jupyter lab did not answer in {limit_s} s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture
+def jupyterlab(tmp_path):
+    """A JupyterLab server on a copy of labs/, with its own config; stopped afterwards."""
+    root = tmp_path / "labs"
+    shutil.copytree(REPO / "labs" / LAB, root / LAB)
+    # the release with every exercise answered, so that "run all" runs to the end
+    release = nbformat.read(root / LAB / f"{LAB}.ipynb", as_version=4)
+    (complete,) = [s for s in declared_class(LAB) if s.name == "complete"]
+    nbformat.write(
+        student_notebook(complete, release, source_notebook(LAB)), root / LAB / f"{LAB}.ipynb"
+    )
+    port, token = free_port(), secrets.token_hex(16)
+    env = dict(
+        os.environ,
+        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+        JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"),
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+    )
+    log = tmp_path / "jupyterlab.log"
+    # render every cell (no windowing), so that the page holds every output to look at
+    settings = tmp_path / "settings"
+    tracker = settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+    tracker.parent.mkdir(parents=True)
+    tracker.write_text('{"windowingMode": "none"}')
+    notices = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    notices.parent.mkdir(parents=True)
+    notices.write_text('{"fetchNews": "false"}')  # no "get Jupyter news?" over the screenshot
+    argv = [
+        str(Path(sys.executable).parent / "jupyter"),
+        "lab",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--ServerApp.root_dir={root}",
+        f"--IdentityProvider.token={token}",
+        f"--LabApp.user_settings_dir={settings}",
+        "--LabApp.expose_app_in_browser=True",  # window.jupyterapp, to run commands
+        "--LabApp.news_url=",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        *(["--allow-root"] if os.geteuid() == 0 else []),  # containers and CI run as root
+    ]
+    with open(log, "w") as out:
+        server = subprocess.Popen(
+            argv, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_for_server(f"{base}/api/status?token={token}", server, log)
+        yield base, token, log
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait(timeout=10)
+
+
+def test_a_lab_runs_in_jupyterlab_with_nbgrader(jupyterlab):
+    if CHROMIUM is None:
+        pytest.skip("no chromium to drive: `make browser` or `sudo apt-get install chromium`")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    base, token, log = jupyterlab
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=STEP_MS
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1100})
+            page.set_default_timeout(STEP_MS)
+            page.goto(f"{base}/lab/tree/{LAB}/{LAB}.ipynb?token={token}")
+            page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
+            # the kernel is up and idle (JupyterLab's own session object says so)
+            page.wait_for_function(f"() => {KERNEL_IDLE}")
+            validate = page.locator(".jp-NotebookPanel-toolbar .validate-button")
+            validate.wait_for(state="visible")
+            assert validate.inner_text().strip() == "Validate"
+            page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            # every code cell has run (or one failed, which stops "run all"), the kernel idle
+            page.wait_for_function(
+                f"""() => {{
+                  const cells = [...window.jupyterapp.shell.currentWidget.content.model.cells]
+                    .filter(c => c.type === 'code');
+                  const failed = cells.some(
+                    c => c.outputs.toJSON().some(o => o.output_type === 'error'));
+                  return {KERNEL_IDLE} && (failed || cells.every(c => c.executionCount));
+                }}"""
+            )
+            errors = page.evaluate(ERRORS_JS)
+            assert not errors, f"cells failed in JupyterLab: {errors[:3]}"
+            graph = page.locator(".jp-RenderedSVG img, .jp-RenderedSVG svg").first
+            graph.wait_for(state="visible")
+            graph.scroll_into_view_if_needed()
+            box = graph.bounding_box()
+            assert box and box["width"] > 50 and box["height"] > 50, f"graph picture is {box}"
+            page.screenshot(path=str(SCREENSHOT))
+        finally:
+            browser.close()
+    assert SCREENSHOT.stat().st_size > 10_000

@@ -1,0 +1,301 @@
+"""The labs work where students are: outside this repository, without Graphviz, from Colab.
+
+* every release notebook, its exercises filled from the solution, runs top to bottom in a
+  folder outside the repository, in a sandboxed kernel that cannot see the repository;
+* `draw` (the shared setup cell, solutions/common/setup_cell.py) gives a picture with Graphviz's
+  `dot` or graphviz-pure, and a text drawing without them, never a traceback;
+* the README's Open-in-Colab links point at notebooks that exist in labs/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from graders import grade, sandbox
+from graders.build import source_notebook
+from graders.course import LABS, REPO, SOLUTIONS
+from graders.demo import declared_class, student_notebook
+
+SETUP_CELL = SOLUTIONS / "common" / "setup_cell.py"
+COLAB = re.compile(
+    r"https://colab\.research\.google\.com/github/dynamic-graphs-course/dynamic-graphs-labs"
+    r"/blob/main/(labs/[^)\s]+\.ipynb)"
+)
+LAB_BUDGET_S = 120  # the longest one cell may take
+
+
+def setup_namespace() -> dict:
+    """The names the shared setup code defines, as a notebook's setup cell would."""
+    namespace: dict = {"__name__": "__main__"}
+    exec(compile(SETUP_CELL.read_text(), str(SETUP_CELL), "exec"), namespace)
+    return namespace
+
+
+def small_graph():
+    W = torch.randn(3, 3, requires_grad=True)
+    x = torch.randn(3, requires_grad=True)
+    return (W @ x).tanh().sum(), {"W": W}
+
+
+# ---- the shared setup cell ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_every_lab_starts_with_the_shared_setup(lab):
+    text = (SOLUTIONS / lab / f"{lab}.py").read_text()
+    setup = text.split('"grade_id": "setup"}', 1)[-1].split("\n# %%", 1)[0]
+    assert "# %course-setup" in setup, (
+        f"solutions/{lab}: the setup cell should start with '# %course-setup' "
+        "(the build puts solutions/common/setup_cell.py there)"
+    )
+    assert "def draw(" not in setup, f"solutions/{lab}: draw() belongs in the shared setup"
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_build_expands_the_shared_setup(lab):
+    setup = next(c for c in source_notebook(lab).cells if c.get("id") == "setup")
+    assert "%course-setup" not in setup.source
+    assert SETUP_CELL.read_text().strip() in setup.source
+
+
+def test_draw_makes_a_picture_with_a_dot_program():
+    programs = setup_namespace()["_dot_programs"]()
+    assert programs, "neither Graphviz's dot nor graphviz-pure is installed (pip install -e .)"
+    out, params = small_graph()
+    picture = setup_namespace()["draw"](out, params=params)
+    assert picture is not None, "draw() fell back to text although a dot program exists"
+    svg = picture._repr_svg_()
+    assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+    assert "TanhBackward0" in svg and ">W" in svg  # a node and the named leaf
+
+
+def test_a_dot_on_path_comes_first(tmp_path, monkeypatch):
+    """Graphviz's own `dot` (here: a stand-in on PATH) is preferred to graphviz-pure."""
+    pure = shutil.which("graphviz-pure", path=os.path.dirname(sys.executable))
+    if pure is None:
+        pytest.skip("graphviz-pure is not installed beside this Python")
+    (tmp_path / "dot").symlink_to(pure)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    namespace = setup_namespace()
+    assert namespace["_dot_programs"]()[0] == str(tmp_path / "dot")
+    assert namespace["draw"](small_graph()[0]) is not None
+
+
+def no_dot_anywhere(tmp_path, monkeypatch):
+    """PATH without any dot program, and a Python whose folder holds none either."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.setattr(sys, "executable", str(empty / "python"))
+
+
+def test_without_a_dot_program_draw_prints_the_graph_as_text(tmp_path, monkeypatch, capsys):
+    no_dot_anywhere(tmp_path, monkeypatch)
+    namespace = setup_namespace()
+    assert namespace["_dot_programs"]() == []
+    out, params = small_graph()
+    assert namespace["draw"](out, params=params) is None
+    text = capsys.readouterr().out
+    assert "[1] SumBackward0 <- [2]" in text
+    assert "TanhBackward0" in text and "MvBackward0" in text
+    assert "AccumulateGrad (leaf W (3, 3))" in text
+    assert "pip install graphviz-pure" in text  # the one line on how to get pictures
+    assert "Traceback" not in text
+
+
+def test_a_broken_dot_program_falls_back_to_text(tmp_path, monkeypatch, capsys):
+    no_dot_anywhere(tmp_path, monkeypatch)
+    broken = tmp_path / "bin"
+    broken.mkdir()
+    (broken / "dot").write_text("#!/bin/sh\necho 'dot: cannot load plugins' >&2\nexit 1\n")
+    (broken / "dot").chmod(0o755)
+    monkeypatch.setenv("PATH", str(broken))
+    namespace = setup_namespace()
+    assert namespace["_dot_programs"]() == [str(broken / "dot")]
+    assert namespace["draw"](small_graph()[0]) is None
+    assert "[1] SumBackward0" in capsys.readouterr().out
+
+
+def test_without_torchviz_draw_prints_the_graph_as_text(monkeypatch, capsys):
+    namespace = setup_namespace()
+    monkeypatch.setitem(sys.modules, "torchviz", None)  # `import torchviz` now fails
+    assert namespace["draw"](small_graph()[0]) is None
+    text = capsys.readouterr().out
+    assert "[1] SumBackward0" in text and "pip install torchviz" in text
+
+
+def test_draw_of_a_leaf_and_of_odd_input_never_raises(tmp_path, monkeypatch, capsys):
+    no_dot_anywhere(tmp_path, monkeypatch)
+    draw = setup_namespace()["draw"]
+    assert draw(torch.ones(2, requires_grad=True)) is None
+    assert draw("not a tensor") is None
+    text = capsys.readouterr().out
+    assert "no grad_fn" in text and "Traceback" not in text
+
+
+def test_text_drawing_is_cut_short_for_big_graphs():
+    namespace = setup_namespace()
+    x = torch.ones(1, requires_grad=True)
+    y = x
+    for _ in range(100):
+        y = y * 1.01
+    text = namespace["graph_text"](y)
+    assert "more nodes" in text and len(text.splitlines()) < 50
+
+
+def test_setup_installs_only_what_is_missing():
+    calls = []
+
+    class Recorder:
+        @staticmethod
+        def run(argv, **kwargs):
+            calls.append(argv)
+
+    namespace = setup_namespace()
+    namespace["subprocess"] = Recorder  # what install_missing runs pip with
+    namespace["install_missing"]("torch", "tqdm")
+    assert calls == []
+    namespace["install_missing"]("torch", "no_such_package_for_this_test")
+    assert len(calls) == 1 and calls[0][:4] == [sys.executable, "-m", "pip", "install"]
+    assert calls[0][-1] == "no_such_package_for_this_test" and "torch" not in calls[0]
+
+
+def test_check_says_what_is_wrong():
+    namespace = setup_namespace()
+    namespace["check"](True, "never shown")
+    with pytest.raises(AssertionError, match="expected 3, got 4: the gradient accumulated"):
+        namespace["check"](False, "expected 3, got 4: the gradient accumulated")
+    assert issubclass(namespace["CheckFailed"], AssertionError)
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_visible_checks_explain_themselves(lab):
+    """A student's checks (the release's test cells) use check(), never a bare assert."""
+    release = nbformat.read(REPO / "labs" / lab / f"{lab}.ipynb", as_version=4)
+    tests = [c for c in release.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    assert tests, f"{lab} has no test cell"
+    for cell in tests:
+        grade_id = cell.metadata["nbgrader"]["grade_id"]
+        bare = [line for line in cell.source.splitlines() if re.match(r"\s*assert\b", line)]
+        assert not bare, f"{lab}/{grade_id}: use check(condition, message), not {bare[0]!r}"
+        assert "check(" in cell.source, f"{lab}/{grade_id}: a visible check calls check()"
+
+
+# ---- Colab ----------------------------------------------------------------------------------
+
+
+def test_readme_colab_links_open_notebooks_in_labs():
+    paths = COLAB.findall((REPO / "README.md").read_text())
+    assert paths, "README.md has no Open-in-Colab link"
+    missing = [p for p in paths if not (REPO / p).is_file()]
+    assert not missing, f"Colab links to notebooks that labs/ does not have: {missing}"
+    linked = {Path(p).parts[1] for p in paths}
+    assert linked >= set(LABS), f"labs without a Colab link: {sorted(set(LABS) - linked)}"
+    for p in paths:
+        lab = Path(p).parts[1]
+        assert p == f"labs/{lab}/{lab}.ipynb", f"{p}: not the lab's release notebook"
+
+
+# ---- every release notebook, filled in, outside the repository ------------------------------
+
+
+def complete_notebook(lab: str):
+    release = nbformat.read(REPO / "labs" / lab / f"{lab}.ipynb", as_version=4)
+    (student,) = [s for s in declared_class(lab) if s.name == "complete"]
+    return student_notebook(student, release, source_notebook(lab))
+
+
+def execute_outside(nb, workdir: Path, scratch: Path) -> None:
+    """Run `nb` in `workdir` in the grading sandbox (the repository hidden), like nbgrader."""
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+    from nbclient import NotebookClient
+
+    scratch.mkdir(parents=True)
+    env = grade.sandbox_env(REPO, scratch, workdir)
+    runtime = Path(env["JUPYTER_RUNTIME_DIR"])
+    specs = KernelSpecManager(kernel_dirs=[str(Path(env["JUPYTER_PATH"]) / "kernels")])
+    km = KernelManager(
+        kernel_name="python3",
+        kernel_spec_manager=specs,
+        transport="ipc",
+        ip=str(runtime / "kernel"),
+        connection_file=str(runtime / "kernel.json"),
+    )
+    # A student's machine: no course variables. The labs' short-training switch is on (a full
+    # run of every lab takes over 6 minutes here); what is tested is what the notebook needs.
+    drop = {"PYTHONPATH", "COURSE_DATA_ROOT", "COURSE_MNIST_MIRROR"}
+    kernel_env = {k: v for k, v in os.environ.items() if k not in drop} | env
+    kernel_env["NBGRADER_EXECUTION"] = "autograde"
+    client = NotebookClient(
+        nb,
+        km=km,
+        timeout=LAB_BUDGET_S,
+        allow_errors=True,
+        resources={"metadata": {"path": str(workdir)}},
+    )
+    client.execute(env=kernel_env, cwd=str(workdir))
+
+
+def errors(nb) -> list[str]:
+    found = []
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []):
+            if output.output_type == "error":
+                head = cell.source.splitlines()[0] if cell.source else ""
+                found.append(f"cell {index} ({head[:60]!r}): {output.ename}: {output.evalue[:300]}")
+    return found
+
+
+def needs_sandbox():
+    why_not = sandbox.available()
+    if why_not:
+        pytest.skip(f"no sandbox to hide the repository: {why_not}")
+
+
+def test_the_outside_kernel_cannot_see_the_repository(tmp_path):
+    """What the test below relies on: a notebook that needs the repository fails there."""
+    needs_sandbox()
+    workdir = tmp_path / "student"
+    workdir.mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("import graders"),
+        nbformat.v4.new_code_cell(f"open({str(REPO / 'README.md')!r}).read()"),
+        nbformat.v4.new_code_cell("import os; print(os.getcwd())"),
+    ]
+    execute_outside(nb, workdir, tmp_path / "scratch")
+    problems = errors(nb)
+    assert len(problems) == 2, problems
+    assert "ModuleNotFoundError" in problems[0] and "FileNotFoundError" in problems[1]
+    assert nb.cells[2].outputs[0]["text"].strip() == str(workdir)
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_release_runs_outside_the_repository(lab, tmp_path):
+    needs_sandbox()
+    workdir = tmp_path / "student" / lab
+    shutil.copytree(REPO / "labs" / lab, workdir)
+    assert REPO not in workdir.parents
+    nb = complete_notebook(lab)
+    execute_outside(nb, workdir, tmp_path / "scratch")
+    problems = errors(nb)
+    assert not problems, f"{lab}, filled in, fails outside the repository:\n" + "\n".join(problems)
+    if lab in {"lab01_graph", "lab02_backprop"}:
+        pictures = [
+            o
+            for c in nb.cells
+            for o in c.get("outputs", [])
+            if "image/svg+xml" in o.get("data", {})
+        ]
+        assert pictures, (
+            f"{lab} draws graphs, but no picture came out (is graphviz-pure installed?)"
+        )
