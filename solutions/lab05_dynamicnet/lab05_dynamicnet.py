@@ -31,65 +31,24 @@
 # (*Kernel > Restart and run all*) before you submit.
 
 # %% nbgrader={"locked": true, "grade_id": "setup"}
-# Setup: works in JupyterLab, VS Code and Colab. Installs what is missing, and only that.
-import importlib.util
-import subprocess
-import sys
-import warnings
-
-for _package in ("torchviz", "livelossplot", "mlxtend"):
-    if importlib.util.find_spec(_package) is None:
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", _package], check=False)
+# %course-setup
+install_missing("mlxtend")
 
 import io
 import os
 import random
 import time
 
-import torch
 import torch.nn.functional as F
 from livelossplot import PlotLosses
 from torch import nn
 from tqdm.auto import tqdm
 
-torch.manual_seed(0)
 random.seed(0)
-torch.set_printoptions(precision=4, sci_mode=False)
 # The matrices of this lab are tiny: one thread is faster than several fighting over them.
 torch.set_num_threads(1)
 # While the notebook is graded (nbgrader sets NBGRADER_EXECUTION), training is shortened.
 GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))
-
-
-class CheckFailed(AssertionError):
-    """Raised by the self-checks with a message that says what is wrong."""
-
-
-def check(condition, message):
-    """Stop with a readable message when a self-check fails."""
-    if not condition:
-        raise CheckFailed(message)
-
-
-def draw(tensor, **options):
-    """Draw the graph behind `tensor` with torchviz, or say how to get the picture."""
-    try:
-        from graphviz.backend import ExecutableNotFound
-        from torchviz import make_dot
-    except ImportError:
-        print("torchviz is not installed: run `pip install torchviz` to see graph pictures.")
-        return None
-    graph = make_dot(tensor, **options)
-    try:
-        graph.pipe(format="svg")
-    except ExecutableNotFound:
-        print(
-            "No picture: the Graphviz `dot` program is missing. Install it with "
-            "`apt install graphviz`, `brew install graphviz` or `conda install graphviz` "
-            "(Colab already has it)."
-        )
-        return None
-    return graph
 
 
 def count_nodes(tensor):
@@ -353,13 +312,35 @@ print(
     round(_model.middle_linear.weight.grad.norm().item(), 4),
 )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+_gen = torch.Generator().manual_seed(51)
+_model = DynamicNet()
+with torch.no_grad():  # weights from an explicit generator, not from the global RNG
+    for _name, _p in sorted(_model.named_parameters()):
+        _p.copy_(torch.randn(_p.shape, generator=_gen) / _p.shape[-1] ** 0.5)
+observe("number of parameters", len(list(_model.parameters())))
 for _seed in range(20):
     _n = random.Random(100 + _seed).randint(1, 9)
-    _x = torch.randn(_n, 784)
+    _x = torch.randn(_n, 784, generator=_gen)
     _d = random.Random(_seed).randint(0, 3)
     _r = CountingRandom(_seed)
-    assert torch.allclose(_model(_x, rng=_r), reference_forward(_model, _x, _d), atol=1e-5)
+    _out = _model(_x, rng=_r)
+    observe("depth, randint calls, output", [_model.last_depth, _r.calls, _out], atol=1e-6)
+    assert torch.allclose(_out, reference_forward(_model, _x, _d), atol=1e-5)
     assert _r.calls == 1 and _model.last_depth == _d
+_x, _y = torch.randn(7, 784, generator=_gen), torch.randint(0, 10, (7,), generator=_gen)
+_v = torch.randn(100, generator=_gen, dtype=torch.float64)
+_model.zero_grad(set_to_none=True)
+F.nll_loss(_model(_x, rng=random.Random(seed_for_depth(3))), _y).backward()
+_copies = [_model.middle_linear.weight.detach().clone().requires_grad_() for _ in range(3)]
+F.nll_loss(reference_forward(_model, _x, 3, _copies), _y).backward()
+observe(
+    "depth 3: middle_linear.weight.grad @ v, bias grad",
+    [_model.middle_linear.weight.grad.double() @ _v, _model.middle_linear.bias.grad],
+    atol=1e-6,
+)
+assert torch.allclose(_model.middle_linear.weight.grad, sum(_c.grad for _c in _copies), atol=1e-6)
 assert len(list(_model.parameters())) == 6
 ### END HIDDEN TESTS
 
@@ -380,11 +361,18 @@ check(
     "At depth 0 the input and output layers are still used: their .grad should be filled.",
 )
 ### BEGIN HIDDEN TESTS
-_model.zero_grad(set_to_none=True)
-F.nll_loss(
-    _model(torch.randn(3, 784), rng=random.Random(seed_for_depth(1))), torch.tensor([0, 1, 2])
-).backward()
-assert _model.middle_linear.weight.grad is not None
+from grader_observe import observe
+
+_gen = torch.Generator().manual_seed(52)
+for _depth in range(4):
+    _model = DynamicNet()
+    _r = CountingRandom(seed_for_depth(_depth))
+    _x = torch.randn(3, 784, generator=_gen)
+    F.nll_loss(_model(_x, rng=_r), torch.tensor([0, 1, 2])).backward()
+    _none = sorted(_n for _n, _p in _model.named_parameters() if _p.grad is None)
+    observe(f"depth {_depth}: randint calls, parameters with grad None", [_r.calls, _none])
+    assert _r.calls == 1
+    assert _none == (["middle_linear.bias", "middle_linear.weight"] if _depth == 0 else [])
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -443,11 +431,26 @@ check(
     "At depth 0 there is no use, so the list should be empty.",
 )
 ### BEGIN HIDDEN TESTS
-for _depth in (1, 2, 3):
-    _x, _y = torch.randn(5, 1, 28, 28), torch.randint(0, 10, (5,))
+from grader_observe import observe
+
+_gen = torch.Generator().manual_seed(53)
+_model = DynamicNet()
+with torch.no_grad():  # weights from an explicit generator, not from the global RNG
+    for _name, _p in sorted(_model.named_parameters()):
+        _p.copy_(torch.randn(_p.shape, generator=_gen) / _p.shape[-1] ** 0.5)
+_v = torch.randn(100, generator=_gen, dtype=torch.float64)
+for _depth in (0, 1, 2, 3):
+    _x = torch.randn(5, 1, 28, 28, generator=_gen)
+    _y = torch.randint(0, 10, (5,), generator=_gen)
     _ws = [_model.middle_linear.weight.detach().clone().requires_grad_() for _ in range(_depth)]
-    F.nll_loss(reference_forward(_model, _x, _depth, _ws), _y).backward()
+    if _depth:
+        F.nll_loss(reference_forward(_model, _x, _depth, _ws), _y).backward()
     _grads = per_use_grads(_model, _x, _y, _depth)
+    observe(
+        f"depth {_depth}: each use's gradient @ v and its sum",
+        [len(_grads)] + [[g.double() @ _v, g.double().sum()] for g in _grads],
+        atol=1e-6,
+    )
     assert len(_grads) == _depth
     assert all(torch.allclose(g, w.grad, atol=1e-6) for g, w in zip(_grads, _ws, strict=True))
 ### END HIDDEN TESTS
@@ -652,18 +655,25 @@ check(
     "Remove the ReLU between output_linear and log_softmax.",
 )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+observe("output when every score is negative", _out, atol=1e-6)
+_gen = torch.Generator().manual_seed(54)
 _model = FixedBranchingNet()
+with torch.no_grad():  # weights from an explicit generator, not from the global RNG
+    for _name, _p in sorted(_model.named_parameters()):
+        _p.copy_(torch.randn(_p.shape, generator=_gen) / _p.shape[-1] ** 0.5)
 for _seed in range(12):
-    _x = torch.randn(4, 784)
+    _x = torch.randn(4, 784, generator=_gen)
     _coin = random.Random(_seed).randint(0, 3)
     _h = F.relu(_model.input_linear(_x))
     if _coin in (2, 3):
         _h = F.relu(_model.middle_back(F.relu(_model.middle_wide(_h))))
     if _coin in (1, 3):
         _h = F.relu(_model.middle_same(_h))
-    assert torch.allclose(
-        _model(_x, rng=random.Random(_seed)), F.log_softmax(_model.output_linear(_h), 1), atol=1e-5
-    )
+    _got = _model(_x, rng=random.Random(_seed))
+    observe("output", _got, atol=1e-6)
+    assert torch.allclose(_got, F.log_softmax(_model.output_linear(_h), 1), atol=1e-5)
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "points": 1, "grade_id": "test_fixed_unused"}
@@ -680,6 +690,13 @@ for _coin, _names in _expected.items():
         f"With coin {_coin} the layers left with grad None should be {_names}, got {_unused}: "
         "does each branch use exactly its own layers?",
     )
+### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+_found = [sorted(unused_layers(FixedBranchingNet(), _coin)[1]) for _coin in range(4)]
+observe("layers left with grad None, coins 0-3", _found)
+assert _found == [sorted(_expected[_coin]) for _coin in range(4)]
+### END HIDDEN TESTS
 
 # %% [markdown]
 # Now train both variants the same way and compare (the buggy one first).
@@ -760,20 +777,34 @@ check(
     f"When the norm never reaches the target the loop must stop after max_steps = {_model.max_steps} steps.",
 )
 ### BEGIN HIDDEN TESTS
-with torch.no_grad():
+from grader_observe import observe
+
+_gen = torch.Generator().manual_seed(55)
+_model = NormLoopNet()
+with torch.no_grad():  # h = 0.1 everywhere (norm 1 per row), tripled by each step
+    _model.input_linear.weight.fill_(0.0)
+    _model.input_linear.bias.fill_(0.1)
     _model.middle_linear.weight.copy_(3 * torch.eye(100))
+    _model.middle_linear.bias.zero_()
+    _model.output_linear.weight.copy_(torch.randn(10, 100, generator=_gen) * 0.1)
+    _model.output_linear.bias.copy_(torch.randn(10, generator=_gen))
+_x = torch.randn(3, 784, generator=_gen)
+_steps = []
+for _target, _max in [(10.0, 9), (0.5, 9), (1.5, 9), (100.0, 9), (100.0, 2), (1000.0, 9)]:
+    _model.target_norm, _model.max_steps = _target, _max
+    _model(_x)
+    _steps.append(_model.last_depth)
+observe("steps for each (target_norm, max_steps)", _steps)
+assert _steps == [3, 0, 1, 5, 2, 7]  # norms 1, 3, 9, 27, 81, 243, 729, 2187
 _model.target_norm, _model.max_steps = 10.0, 9
-_x = torch.randn(3, 784)
 _out = _model(_x)
-assert _model.last_depth == 3  # 1, 3, 9 < 10
+observe("output after 3 steps", _out, atol=1e-6)
 _h = torch.full((3, 100), 0.1 * 27)
 assert torch.allclose(_out, F.log_softmax(_model.output_linear(_h), 1), atol=1e-5)
 _model.zero_grad(set_to_none=True)
 F.nll_loss(_out, torch.tensor([1, 2, 3])).backward()
 assert _model.middle_linear.weight.grad is not None
-_model.target_norm = 0.5
-_model(_x)
-assert _model.last_depth == 0
+observe("middle_linear.weight.grad, row sums", _model.middle_linear.weight.grad.sum(1), atol=1e-6)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -835,11 +866,27 @@ with _tempfile.TemporaryDirectory() as _folder:
         "The new model's parameters differ from the saved ones: did you call load_state_dict with what torch.load read?",
     )
     ### BEGIN HIDDEN TESTS
+    from grader_observe import observe
+
+    _gen = torch.Generator().manual_seed(56)
+    _source = DynamicNet()
+    with torch.no_grad():  # weights from an explicit generator, not from the global RNG
+        for _name, _p in sorted(_source.named_parameters()):
+            _p.copy_(torch.randn(_p.shape, generator=_gen))
+    _path = os.path.join(_folder, "hidden.pt")
+    _loaded = save_and_load(_source, _path)
     _saved = torch.load(_path)
+    observe("type of the returned model", type(_loaded).__name__)
+    observe("keys in the saved file", sorted(_saved))
+    _sums = {_k: _t.double().sum() for _k, _t in sorted(_loaded.state_dict().items())}
+    observe("sum of each loaded tensor", _sums, atol=1e-6)
     assert set(_saved) == set(_source.state_dict())
+    assert all(torch.equal(_t, _source.state_dict()[_k]) for _k, _t in _loaded.state_dict().items())
     with torch.no_grad():
         _source.middle_linear.weight.add_(1.0)
-    assert not torch.equal(_loaded.middle_linear.weight, _source.middle_linear.weight)
+    _separate = not torch.equal(_loaded.middle_linear.weight, _source.middle_linear.weight)
+    observe("loaded weights independent of the source", _separate)
+    assert _separate
     ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -35,59 +35,19 @@
 # you submit.
 
 # %% nbgrader={"locked": true, "grade_id": "setup"}
-# Setup: works in JupyterLab, VS Code and Colab. Installs torchviz only if it is missing.
-import importlib.util
+# %course-setup
 import os
 import random
-import subprocess
-import sys
 import time
 
-if importlib.util.find_spec("torchviz") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "torchviz"], check=False)
-
 import matplotlib.pyplot as plt
-import torch
 from torch import nn
 from torch.nn import functional as F
 
-torch.manual_seed(0)
-torch.set_printoptions(precision=4, sci_mode=False)
 # The cell works on small matrices: one thread is as fast as several, and steadier.
 torch.set_num_threads(1)
 # nbgrader sets NBGRADER_EXECUTION while grading: then the training runs are short.
 GRADING = "NBGRADER_EXECUTION" in os.environ
-
-
-class CheckFailed(AssertionError):
-    """Raised by the self-checks with a message that says what is wrong."""
-
-
-def check(condition, message):
-    """Stop with a readable message when a self-check fails."""
-    if not condition:
-        raise CheckFailed(message)
-
-
-def draw(tensor, **options):
-    """Draw the graph behind `tensor` with torchviz, or say how to get the picture."""
-    try:
-        from graphviz.backend import ExecutableNotFound
-        from torchviz import make_dot
-    except ImportError:
-        print("torchviz is not installed: run `pip install torchviz` to see graph pictures.")
-        return None
-    graph = make_dot(tensor, **options)
-    try:
-        graph.pipe(format="svg")
-    except ExecutableNotFound:
-        print(
-            "No picture: the Graphviz `dot` program is missing. Install it with "
-            "`apt install graphviz`, `brew install graphviz` or `conda install graphviz` "
-            "(Colab already has it)."
-        )
-        return None
-    return graph
 
 
 print("torch", torch.__version__, "| grading run" if GRADING else "| full run")
@@ -215,6 +175,8 @@ check(
 )
 check(isinstance(evaluate(parse("[MED 8 1 5 3 ]")), int), "evaluate should return an int.")
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
 _r = random.Random(1234)
 
 
@@ -225,9 +187,11 @@ def _ref(t):
     return {"MIN": _v[0], "MAX": _v[-1], "MED": _v[(len(_v) - 1) // 2], "SUM": sum(_v) % 10}[t[0]]
 
 
-for _ in range(500):
-    _t = make_tree(_r, max_depth=5, max_args=6)
-    assert evaluate(_t) == _ref(_t), to_string(_t)
+_trees = [make_tree(_r, max_depth=5, max_args=6) for _ in range(500)]
+_values = [evaluate(_t) for _t in _trees]
+observe("values of 500 random trees", _values)
+for _t, _got in zip(_trees, _values, strict=True):
+    assert _got == _ref(_t), to_string(_t)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -377,12 +341,21 @@ check(
     "h_k (not from the sum of the children), multiplied with its own c_k.",
 )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+observe("hand-made case: c", _chand, atol=1e-6)
+_gen = torch.Generator().manual_seed(71)
 for _trial in range(3):
     _n, _m, _H, _E = 5, 9, 6, 4
     _cell = ChildSumTreeLSTMCell(_E, _H)
-    _x, _ch, _cc = torch.randn(_n, _E), torch.randn(_m, _H), torch.randn(_m, _H)
-    _parent = torch.randint(0, _n - 1, (_m,))  # the last node is a leaf
+    with torch.no_grad():  # weights from an explicit generator, not from the global RNG
+        for _name, _p in sorted(_cell.named_parameters()):
+            _p.copy_(torch.randn(_p.shape, generator=_gen) * 0.5)
+    _x = torch.randn(_n, _E, generator=_gen)
+    _ch, _cc = torch.randn(_m, _H, generator=_gen), torch.randn(_m, _H, generator=_gen)
+    _parent = torch.randint(0, _n - 1, (_m,), generator=_gen)  # the last node is a leaf
     _h, _c = _cell(_x, _ch, _cc, _parent)
+    observe("h, c of 5 nodes with 9 children", [_h, _c], atol=1e-6)
     for _j in range(_n):
         _kids = (_parent == _j).nonzero().flatten()
         _wx = _cell.W.weight @ _x[_j] + _cell.W.bias
@@ -424,11 +397,50 @@ check(
     "Otherwise something in forward is not differentiable (.item(), .detach(), torch.no_grad).",
 )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+_gen = torch.Generator().manual_seed(72)
 _cell = ChildSumTreeLSTMCell(3, 2).double()
+with torch.no_grad():  # weights from an explicit generator, not from the global RNG
+    for _name, _p in sorted(_cell.named_parameters()):
+        _p.copy_(torch.randn(_p.shape, generator=_gen, dtype=torch.float64))
 _params = dict(_cell.named_parameters())
-_x = torch.randn(4, 3, dtype=torch.float64)
-_ch, _cc = torch.randn(5, 2, dtype=torch.float64), torch.randn(5, 2, dtype=torch.float64)
+_x = torch.randn(4, 3, dtype=torch.float64, generator=_gen)
+_ch = torch.randn(5, 2, dtype=torch.float64, generator=_gen)
+_cc = torch.randn(5, 2, dtype=torch.float64, generator=_gen)
 _parent = torch.tensor([1, 1, 1, 3, 0])
+_mix_h = torch.randn(4, 2, dtype=torch.float64, generator=_gen)
+_mix_c = torch.randn(4, 2, dtype=torch.float64, generator=_gen)
+
+
+def _scalar(x, ch, cc, *weights):
+    """A scalar of the cell's outputs, as a function of its inputs and weights."""
+    _h, _c = torch.func.functional_call(
+        _cell, dict(zip(_params, weights, strict=True)), (x, ch, cc, _parent)
+    )
+    return (_h * _mix_h).sum() + (_c * _mix_c).sum(), _h.dtype, _c.dtype
+
+
+# Which values the cell computes is test_cell's business; this check observes only what
+# any correct cell shares: float64 outputs, and directional derivatives from autograd that
+# agree with central finite differences.
+_point = [_x, _ch, _cc, *(p.detach() for p in _params.values())]
+_leaves = [t.clone().requires_grad_() for t in _point]
+_value, _hdtype, _cdtype = _scalar(*_leaves)
+_grads = torch.autograd.grad(_value, _leaves)
+_agree = []
+for _trial in range(4):
+    _dirs = [torch.randn(t.shape, dtype=torch.float64, generator=_gen) for t in _point]
+    with torch.no_grad():
+        _up = _scalar(*(t + 1e-6 * d for t, d in zip(_point, _dirs, strict=True)))[0]
+        _down = _scalar(*(t - 1e-6 * d for t, d in zip(_point, _dirs, strict=True)))[0]
+    _numeric = ((_up - _down) / 2e-6).item()
+    _analytic = sum((g * d).sum() for g, d in zip(_grads, _dirs, strict=True)).item()
+    _agree.append(abs(_numeric - _analytic) <= 1e-6 * max(1.0, abs(_numeric)))
+observe(
+    "dtypes of h and c, autograd agrees with finite differences",
+    [str(_hdtype), str(_cdtype), _agree],
+)
 
 
 def _through_params(*values):
@@ -543,6 +555,9 @@ check(
 
 
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+
 def _ref_rec(m, t):
     if isinstance(t, int):
         _z = torch.zeros(0, m.hidden_size)
@@ -564,6 +579,38 @@ for _ in range(10):
     assert _count.calls == n_nodes(_t)
     _rh, _rc = _ref_rec(_model, _t)
     assert torch.allclose(_h, _rh, atol=1e-6) and torch.allclose(_c, _rc, atol=1e-6)
+
+
+def _reference_model(seed, hidden_size, embed_size):
+    """A TreeLSTM with weights from `seed` whose cell runs exercise 2's formulas, so that
+    what is observed here depends on encode_recursive / encode_batched only."""
+    gen = torch.Generator().manual_seed(seed)
+    model = TreeLSTM(hidden_size=hidden_size, embed_size=embed_size)
+    with torch.no_grad():
+        for _, p in sorted(model.named_parameters()):
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    cell, H = model.cell, hidden_size
+
+    def forward(x, child_h, child_c, parent):
+        n = x.shape[0]
+        wx = cell.W(x)
+        h_sum = x.new_zeros(n, H).index_add(0, parent, child_h)
+        i, o, u = (wx[:, : 3 * H] + cell.U_iou(h_sum)).chunk(3, dim=1)
+        f = torch.sigmoid(wx[parent, 3 * H :] + cell.U_f(child_h))
+        c = torch.sigmoid(i) * torch.tanh(u) + x.new_zeros(n, H).index_add(0, parent, f * child_c)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+    cell.forward = forward
+    return model
+
+
+_refmodel = _reference_model(73, hidden_size=8, embed_size=4)
+_r = random.Random(99)
+for _ in range(10):
+    _t = make_tree(_r)
+    with CallCounter(_refmodel.cell) as _count:
+        _h, _c = encode_recursive(_refmodel, _t)
+    observe("cell calls, root h, root c", [_count.calls, _h, _c], atol=1e-6)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -710,6 +757,8 @@ for _name in _grads_r:
         "did a state get detached or overwritten in place?",
     )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
 _r = random.Random(2024)
 for _size in (1, 7, 33):
     _trees = [make_tree(_r, max_depth=5, max_args=5) for _ in range(_size)]
@@ -721,6 +770,40 @@ for _size in (1, 7, 33):
     assert abs(_lr - _lb) < 1e-5
     for _name in _gr:
         assert torch.allclose(_gr[_name], _gb[_name], atol=1e-5), _name
+
+
+def _reference_model(seed, hidden_size, embed_size):
+    """A TreeLSTM with weights from `seed` whose cell runs exercise 2's formulas, so that
+    what is observed here depends on encode_recursive / encode_batched only."""
+    gen = torch.Generator().manual_seed(seed)
+    model = TreeLSTM(hidden_size=hidden_size, embed_size=embed_size)
+    with torch.no_grad():
+        for _, p in sorted(model.named_parameters()):
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    cell, H = model.cell, hidden_size
+
+    def forward(x, child_h, child_c, parent):
+        n = x.shape[0]
+        wx = cell.W(x)
+        h_sum = x.new_zeros(n, H).index_add(0, parent, child_h)
+        i, o, u = (wx[:, : 3 * H] + cell.U_iou(h_sum)).chunk(3, dim=1)
+        f = torch.sigmoid(wx[parent, 3 * H :] + cell.U_f(child_h))
+        c = torch.sigmoid(i) * torch.tanh(u) + x.new_zeros(n, H).index_add(0, parent, f * child_c)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+    cell.forward = forward
+    return model
+
+
+_refmodel = _reference_model(74, hidden_size=16, embed_size=8)
+_gen = torch.Generator().manual_seed(74)
+_r = random.Random(2025)
+for _size in (1, 7, 33):
+    _trees = [make_tree(_r, max_depth=5, max_args=5) for _ in range(_size)]
+    _labels = torch.randint(0, 10, (_size,), generator=_gen)
+    _roots = encode_batched(_refmodel, _trees)
+    _loss, _grads = _loss_and_grads(_refmodel, _roots, _labels)
+    observe("root h, loss, every parameter's gradient", [_roots, _loss, _grads], atol=1e-5)
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_batched_calls"}
@@ -738,12 +821,23 @@ for _trees in ([parse("[SUM 1 [MAX 2 3 ] ]")], [5, 6, 7], [make_tree(_rng) for _
         "one call per height, with the nodes of that height from all trees together.",
     )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
 _r = random.Random(77)
-for _size in (2, 50):
-    _trees = [make_tree(_r, max_depth=6, max_args=3, p_subtree=0.5) for _ in range(_size)]
+_calls = []
+for _trees in (
+    [parse("[SUM 1 [MAX 2 3 ] ]")],
+    [5, 6, 7],
+    *(
+        [make_tree(_r, max_depth=6, max_args=3, p_subtree=0.5) for _ in range(_size)]
+        for _size in (2, 50)
+    ),
+):
     with CallCounter(_model.cell) as _count:
         encode_batched(_model, _trees)
+    _calls.append([len(_trees), _count.calls])
     assert _count.calls == max(height(t) for t in _trees)
+observe("trees, cell calls", _calls)
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -37,61 +37,20 @@
 # bottom (*Kernel > Restart and run all*) before you submit.
 
 # %% nbgrader={"locked": true, "grade_id": "setup"}
-# Setup: works in JupyterLab, VS Code and Colab. Installs torchviz only if it is missing.
+# %course-setup
 import contextlib
-import importlib.util
 import logging
 import random
-import subprocess
-import sys
 import time
-import warnings
-
-if importlib.util.find_spec("torchviz") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "torchviz"], check=False)
 
 import numpy as np
-import torch
 import torch._dynamo
 import torch.nn.functional as F
 
-torch.manual_seed(0)
-torch.set_printoptions(precision=4, sci_mode=False)
 np.set_printoptions(precision=4, suppress=True)
 # The compiler logs every graph break as a warning; this lab prints what it needs itself.
 logging.getLogger("torch._dynamo").setLevel(logging.ERROR)
 logging.getLogger("torch.fx").setLevel(logging.ERROR)
-
-
-class CheckFailed(AssertionError):
-    """Raised by the self-checks with a message that says what is wrong."""
-
-
-def check(condition, message):
-    """Stop with a readable message when a self-check fails."""
-    if not condition:
-        raise CheckFailed(message)
-
-
-def draw(tensor, **options):
-    """Draw the graph behind `tensor` with torchviz, or say how to get the picture."""
-    try:
-        from graphviz.backend import ExecutableNotFound
-        from torchviz import make_dot
-    except ImportError:
-        print("torchviz is not installed: run `pip install torchviz` to see graph pictures.")
-        return None
-    graph = make_dot(tensor, **options)
-    try:
-        graph.pipe(format="svg")
-    except ExecutableNotFound:
-        print(
-            "No picture: the Graphviz `dot` program is missing. Install it with "
-            "`apt install graphviz`, `brew install graphviz` or `conda install graphviz` "
-            "(Colab already has it)."
-        )
-        return None
-    return graph
 
 
 print("torch", torch.__version__, " numpy", np.__version__)
@@ -322,7 +281,15 @@ check(
     f"{np.shape(_got[1])}. The bias was used by every row: unbroadcast sums the rows up.",
 )
 ### BEGIN HIDDEN TESTS
-_rng = np.random.default_rng()
+from grader_observe import observe
+
+
+def _plain(value):
+    """A NumPy result as nested lists of floats, for observe()."""
+    return np.asarray(value, dtype=float).tolist()
+
+
+_rng = np.random.default_rng(81)
 for _sa, _sb in [
     ((4, 3), (4, 3)),
     ((4, 3), (3,)),
@@ -332,14 +299,22 @@ for _sa, _sb in [
 ]:
     _a, _b = _rng.normal(size=_sa), _rng.normal(size=_sb)
     _g = _rng.normal(size=np.broadcast_shapes(_sa, _sb))
-    for _ours, _torch in [(add, torch.add), (mul, torch.mul)]:
+    for _name, _ours, _torch in [("add", add, torch.add), ("mul", mul, torch.mul)]:
         _got = _ours(Tensor(_a, requires_grad=True), Tensor(_b, requires_grad=True))._backward(_g)
+        observe(
+            f"{_name} {_sa} {_sb}: shapes and gradients",
+            [[list(np.shape(_m)) for _m in _got], [_plain(_m) for _m in _got]],
+        )
         for _mine, _ref in zip(_got, _torch_grads(_torch, [_a, _b], _g), strict=True):
             assert _same(_mine, _ref)
 for _n in (2, 3, 0.5, -1):
     _a = np.abs(_rng.normal(size=(3, 2))) + 0.5
     _g = _rng.normal(size=(3, 2))
     _got = power(Tensor(_a, requires_grad=True), _n)._backward(_g)
+    observe(
+        f"power {_n}: shapes and gradients",
+        [[list(np.shape(_m)) for _m in _got], [_plain(_m) for _m in _got]],
+    )
     assert _same(_got[0], _torch_grads(lambda t, n=_n: t**n, [_a], _g)[0])
 ### END HIDDEN TESTS
 
@@ -435,16 +410,36 @@ check(
     "total (sum of all entries): every entry should get the incoming gradient 2.5, in the shape of a.",
 )
 ### BEGIN HIDDEN TESTS
-_rng = np.random.default_rng()
+from grader_observe import observe
+
+
+def _plain(value):
+    """A NumPy result as nested lists of floats, for observe()."""
+    return np.asarray(value, dtype=float).tolist()
+
+
+_rng = np.random.default_rng(82)
 for _n, _k, _m in [(1, 1, 1), (4, 3, 2), (2, 5, 1), (1, 3, 3)]:
     _a, _b, _g = _rng.normal(size=(_n, _k)), _rng.normal(size=(_k, _m)), _rng.normal(size=(_n, _m))
     _got = matmul(Tensor(_a, requires_grad=True), Tensor(_b, requires_grad=True))._backward(_g)
+    observe(
+        f"matmul {_n}x{_k}x{_m}: shapes and gradients",
+        [[list(np.shape(_mine)) for _mine in _got], [_plain(_m) for _m in _got]],
+    )
     for _mine, _ref in zip(_got, _torch_grads(torch.matmul, [_a, _b], _g), strict=True):
         assert _same(_mine, _ref)
-    for _ours, _torch in [(tanh, torch.tanh), (relu, torch.relu), (total, torch.sum)]:
+    for _name, _ours, _torch in [
+        ("tanh", tanh, torch.tanh),
+        ("relu", relu, torch.relu),
+        ("total", total, torch.sum),
+    ]:
         _gg = _g[:, :1] if _ours is not total else np.array(_rng.normal())
         _aa = _a[:, :1] if _ours is not total else _a
         _got = _ours(Tensor(_aa, requires_grad=True))._backward(_gg)
+        observe(
+            f"{_name}: shapes and gradients",
+            [[list(np.shape(_mine)) for _mine in _got], [_plain(_m) for _m in _got]],
+        )
         assert _same(_got[0], _torch_grads(_torch, [_aa], _gg)[0])
 ### END HIDDEN TESTS
 
@@ -555,14 +550,37 @@ check(
     "only after visiting all of its parents (post-order).",
 )
 ### BEGIN HIDDEN TESTS
-_prng = random.Random()
+from grader_observe import observe
+
+_prng = random.Random(83)
 for _trial in range(5):
     _pool = [Tensor(0.0, requires_grad=True) for _ in range(3)]
     for _k in range(25):
         _pool.append(_node(*_prng.sample(_pool, _prng.randint(1, 3))))
     _root = _node(*_pool[-6:])
-    assert _is_topological(topo_order(_root), _root)
-assert len(topo_order(_leaf)) == 1
+    _pool.append(_root)
+    for _label, _t in enumerate(_pool):  # label each tensor: the observations name no ids
+        _t.data = np.array(float(_label))
+    _order = topo_order(_root)
+    _pos = {}
+    for _i, _t in enumerate(_order):
+        _pos.setdefault(int(_t.data), _i)
+    # a topological order is not unique: observe which tensors it lists, and for every edge
+    # between listed tensors (in a fixed order) whether the parent comes first
+    _edges = [
+        _pos.get(int(_p.data), len(_order)) < _pos[_label]
+        for _label, _t in enumerate(_pool)
+        if _label in _pos
+        for _p in _t._parents
+    ]
+    observe(
+        "tensors listed (sorted labels), parent-first for each edge",
+        [sorted(int(_t.data) for _t in _order), _edges],
+    )
+    assert _is_topological(_order, _root)
+_order = topo_order(_leaf)
+observe("order of a lone leaf", [len(_order), _order[0] is _leaf])
+assert len(_order) == 1
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -662,7 +680,15 @@ check(
     "two operations, t's closure must run only after both passed their share back: check the order.",
 )
 ### BEGIN HIDDEN TESTS
-_rng = np.random.default_rng()
+from grader_observe import observe
+
+
+def _plain(value):
+    """A NumPy result as nested lists of floats, for observe()."""
+    return np.asarray(value, dtype=float).tolist()
+
+
+_rng = np.random.default_rng(84)
 for _trial in range(3):
     # lab 1: the recurrent cell
     _wh, _wx, _xx, _hh = (_rng.normal(size=_s) for _s in [(3, 3), (3, 2), (2, 1), (3, 1)])
@@ -670,6 +696,7 @@ for _trial in range(3):
     backward(((_Wx @ Tensor(_xx)) + (_Wh @ Tensor(_hh))).tanh().sum())
     _tWh, _tWx = torch.tensor(_wh, requires_grad=True), torch.tensor(_wx, requires_grad=True)
     torch.tanh(_tWx @ torch.tensor(_xx) + _tWh @ torch.tensor(_hh)).sum().backward()
+    observe("recurrent cell: Wh.grad, Wx.grad", [_plain(_Wh.grad), _plain(_Wx.grad)])
     assert _close(_Wh.grad, _tWh.grad) and _close(_Wx.grad, _tWx.grad)
     # lab 2: f(x, y, z) = (x**2 + y) z
     _v = _rng.normal(size=3)
@@ -677,6 +704,7 @@ for _trial in range(3):
     backward((_ours[0] ** 2 + _ours[1]) * _ours[2])
     _ref = [torch.tensor(_a, requires_grad=True) for _a in _v]
     ((_ref[0] ** 2 + _ref[1]) * _ref[2]).backward()
+    observe("f(x, y, z): x.grad, y.grad, z.grad", [_plain(_o.grad) for _o in _ours])
     assert all(_close(_o.grad, _r.grad) for _o, _r in zip(_ours, _ref, strict=True))
     # lab 3: one weight shared k times, as a scalar and as an unrolled recurrent matrix
     for _k in (1, 2, 5):
@@ -690,6 +718,7 @@ for _trial in range(3):
             _tcur = torch.tanh(_tW @ _tcur)
         backward(_hcur.sum())
         _tcur.sum().backward()
+        observe(f"W shared {_k} times: W.grad", _plain(_W.grad))
         assert _close(_W.grad, _tW.grad)
         _s = _rng.normal()
         _sw = Tensor(_s, requires_grad=True)
@@ -697,6 +726,7 @@ for _trial in range(3):
         for _ in range(_k):
             _prod = _prod * _sw
         backward(_prod)
+        observe(f"scalar used {_k} times: its grad", _plain(_sw.grad))
         assert np.isclose(_sw.grad, _k * _prod.data / _s)
     # a diamond with broadcasting
     _av = _rng.normal(size=(4, 3))
@@ -706,6 +736,7 @@ for _trial in range(3):
     _tA = torch.tensor(_av, requires_grad=True)
     _tT = torch.tanh(_tA)
     ((_tT * _tT) + _tT @ torch.ones(3, 1, dtype=torch.float64)).sum().backward()
+    observe("diamond with broadcasting: A.grad", _plain(_A.grad))
     assert _close(_A.grad, _tA.grad)
 ### END HIDDEN TESTS
 
@@ -736,7 +767,18 @@ backward(_kept, retain_graph=True)
 backward(_kept, retain_graph=True)
 check(np.isclose(_v.grad, 6.0), "With retain_graph=True every time, the graph must stay usable.")
 ### BEGIN HIDDEN TESTS
-_rng = np.random.default_rng()
+from grader_observe import observe
+
+
+def _plain(value):
+    """A NumPy result as nested lists of floats, for observe()."""
+    return np.asarray(value, dtype=float).tolist()
+
+
+observe(
+    "w.grad after 2 passes, third pass raised, v.grad", [_plain(_w.grad), _raised, _plain(_v.grad)]
+)
+_rng = np.random.default_rng(85)
 _av = _rng.normal(size=(3, 2))
 _A = Tensor(_av, requires_grad=True)
 _B = Tensor(_rng.normal(size=(2, 2)))
@@ -744,14 +786,24 @@ _loss = ((_A @ _B).tanh() * Tensor(_rng.normal(size=(3, 2)))).sum()
 backward(_loss, retain_graph=True)
 _first = _A.grad.copy()
 backward(_loss)
+_stack, _seen, _kept = [_loss], set(), 0  # walk the graph here, not with the student's code
+while _stack:
+    _t = _stack.pop()
+    if id(_t) not in _seen:
+        _seen.add(id(_t))
+        _kept += not (_t.is_leaf or _t._backward is graph_freed)
+        _stack.extend(_t._parents)
+observe("A.grad after 1 and 2 passes, nodes not freed", [_plain(_first), _plain(_A.grad), _kept])
 assert np.allclose(_A.grad, 2 * _first)
 for _node_ in topo_order(_loss):
     assert _node_.is_leaf or _node_._backward is graph_freed
 with no_grad():
     _c = _A * 2.0
+observe("under no_grad: requires_grad, is_leaf", [_c.requires_grad, _c.is_leaf])
 assert not _c.requires_grad and _c.is_leaf
 _intermediate = _A * 1.0
 backward((_intermediate * 2.0).sum())
+observe("intermediate grad is None, A.grad", [_intermediate.grad is None, _plain(_A.grad)])
 assert _intermediate.grad is None and np.allclose(_A.grad, 2 * _first + 2.0)
 ### END HIDDEN TESTS
 
@@ -858,12 +910,22 @@ for _n in sizes:
         f"The gradient of {_n}, accumulated over the dice throws 2, 0, 3, differs from PyTorch's.",
     )
 ### BEGIN HIDDEN TESTS
-_rng = np.random.default_rng()
+from grader_observe import observe
+
+
+def _plain(value):
+    """A NumPy result as nested lists of floats, for observe()."""
+    return np.asarray(value, dtype=float).tolist()
+
+
+_rng = np.random.default_rng(86)
 for _trial in range(3):
     _start = {_n: _rng.normal(size=_s) * 0.5 for _n, _s in sizes.items()}
     _batch = _rng.normal(size=(_rng.integers(1, 8), 4))
-    _depths = list(_rng.integers(0, 4, size=6))
+    _depths = [int(_d) for _d in _rng.integers(0, 4, size=6)]
     _ours, _ref, _outs, _touts = _replay(_depths, _start, _batch)
+    observe(f"depths {_depths}: outputs", [_plain(_o) for _o in _outs])
+    observe("accumulated gradients", {_n: _plain(_ours[_n].grad) for _n in sorted(sizes)})
     assert all(np.allclose(_a, _b) for _a, _b in zip(_outs, _touts, strict=True))
     assert all(_close(_ours[_n].grad, _ref[_n].grad) for _n in sizes)
 ### END HIDDEN TESTS
@@ -1096,14 +1158,19 @@ check(
     "The compiled branchy_cond differs from eager branchy.",
 )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+observe("graph breaks of branchy_cond", _n)
+_gen = torch.Generator().manual_seed(87)
 for _trial in range(4):
-    _x = torch.randn(3, 4, dtype=torch.float64) + (1.0 if _trial % 2 else -1.0)
-    _w1 = torch.randn(4, 2, dtype=torch.float64, requires_grad=True)
-    _w2 = torch.randn(4, 2, dtype=torch.float64, requires_grad=True)
+    _x = torch.randn(3, 4, dtype=torch.float64, generator=_gen) + (1.0 if _trial % 2 else -1.0)
+    _w1 = torch.randn(4, 2, dtype=torch.float64, generator=_gen, requires_grad=True)
+    _w2 = torch.randn(4, 2, dtype=torch.float64, generator=_gen, requires_grad=True)
     _y = _compiled(_x, _w1, _w2)
-    assert torch.allclose(_y, branchy(_x, _w1, _w2))
     _used = _w1 if _x.sum() > 0 else _w2
     (_g,) = torch.autograd.grad(_y.sum(), [_used])
+    observe("compiled: output, gradient of the weight used", [_y, _g])
+    assert torch.allclose(_y, branchy(_x, _w1, _w2))
     (_ge,) = torch.autograd.grad(branchy(_x, _w1, _w2).sum(), [_used])
     assert torch.allclose(_g, _ge, atol=1e-6)
 ### END HIDDEN TESTS
@@ -1198,14 +1265,22 @@ except Exception as _error:
     )
 check(torch.allclose(_got, grow(_x, w_grow)), "The compiled grow_bounded differs from eager grow.")
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+observe("graph breaks of grow_bounded", _n)
+_gen = torch.Generator().manual_seed(88)
 for _trial in range(5):
-    _x = (torch.randn(2, 4) * 0.5).clamp(-2, 2)
-    _w = torch.randn(4, 4) * 0.3
+    _x = (torch.randn(2, 4, generator=_gen) * 0.5).clamp(-2, 2)
+    _w = torch.randn(4, 4, generator=_gen) * 0.3
     assert _steps(_x, _w) <= 30
-    assert torch.allclose(_compiled(_x, _w), grow(_x, _w))
-    assert torch.allclose(grow_bounded(_x, _w), grow(_x, _w))
-_x = torch.zeros(1, 4)
-assert torch.allclose(grow_bounded(_x, w_grow, max_steps=40), grow(_x, w_grow))
+    _y_compiled, _y_eager = _compiled(_x, _w), grow_bounded(_x, _w)
+    observe("compiled and eager grow_bounded", [_y_compiled, _y_eager], atol=1e-5)
+    assert torch.allclose(_y_compiled, grow(_x, _w))
+    assert torch.allclose(_y_eager, grow(_x, _w))
+_x, _w = torch.zeros(1, 4), torch.randn(4, 4, generator=_gen) * 0.3
+_y_eager = grow_bounded(_x, _w, max_steps=40)
+observe("from zeros, max_steps=40", _y_eager, atol=1e-5)
+assert torch.allclose(_y_eager, grow(_x, _w))
 ### END HIDDEN TESTS
 
 # %% [markdown]
