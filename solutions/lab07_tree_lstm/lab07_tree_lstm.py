@@ -41,8 +41,10 @@ import random
 import time
 
 import matplotlib.pyplot as plt
+from livelossplot import PlotLosses
 from torch import nn
 from torch.nn import functional as F
+from tqdm.auto import tqdm
 
 # The cell works on small matrices: one thread is as fast as several, and steadier.
 torch.set_num_threads(1)
@@ -908,8 +910,11 @@ class SeqLSTM(nn.Module):
         return self.out(h[-1])
 
 
-def train(logits_fn, params, seconds, batch=128, lr=3e-3):
+def train(logits_fn, params, seconds, batch=128, lr=3e-3, name="model"):
+    """Adam for `seconds` of wall time, with a progress bar and a live loss plot."""
     opt = torch.optim.Adam(params, lr=lr)
+    live = None if GRADING else PlotLosses()
+    bar = tqdm(total=seconds, desc=f"training {name}", unit="s", disable=GRADING)
     losses, start = [], time.perf_counter()
     while (elapsed := time.perf_counter() - start) < seconds:
         for group in opt.param_groups:
@@ -920,6 +925,13 @@ def train(logits_fn, params, seconds, batch=128, lr=3e-3):
         loss.backward()
         opt.step()
         losses.append(loss.item())
+        if len(losses) % 100 == 0:
+            bar.update(round(min(elapsed, seconds) - bar.n, 1))
+            bar.set_postfix(loss=f"{sum(losses[-100:]) / 100:.3f}")
+            if live is not None:
+                live.update({"loss": sum(losses[-100:]) / 100})
+                live.send()
+    bar.close()
     return losses
 
 
@@ -933,12 +945,15 @@ TREE_SECONDS, LSTM_SECONDS = (3, 1.5) if GRADING else (180, 120)
 torch.manual_seed(0)
 tree_model = TreeLSTM()
 tree_losses = train(
-    lambda ts: tree_model.out(encode_batched(tree_model, ts)), tree_model.parameters(), TREE_SECONDS
+    lambda ts: tree_model.out(encode_batched(tree_model, ts)),
+    tree_model.parameters(),
+    TREE_SECONDS,
+    name="Tree-LSTM",
 )
 tree_acc = test_accuracy(lambda ts: tree_model.out(encode_batched(tree_model, ts)))
 print(f"Tree-LSTM: {len(tree_losses)} steps in {TREE_SECONDS}s, test accuracy {tree_acc:.1%}")
 lstm_model = SeqLSTM()
-lstm_losses = train(lstm_model, lstm_model.parameters(), LSTM_SECONDS)
+lstm_losses = train(lstm_model, lstm_model.parameters(), LSTM_SECONDS, name="LSTM")
 lstm_acc = test_accuracy(lstm_model)
 print(f"LSTM     : {len(lstm_losses)} steps in {LSTM_SECONDS}s, test accuracy {lstm_acc:.1%}")
 
