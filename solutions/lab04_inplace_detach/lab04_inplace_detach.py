@@ -32,52 +32,7 @@
 # you submit.
 
 # %% nbgrader={"locked": true, "grade_id": "setup"}
-# Setup: works in JupyterLab, VS Code and Colab. Installs torchviz only if it is missing.
-import importlib.util
-import subprocess
-import sys
-import warnings
-
-if importlib.util.find_spec("torchviz") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "torchviz"], check=False)
-
-import torch
-
-torch.manual_seed(0)
-torch.set_printoptions(precision=4, sci_mode=False)
-
-
-class CheckFailed(AssertionError):
-    """Raised by the self-checks with a message that says what is wrong."""
-
-
-def check(condition, message):
-    """Stop with a readable message when a self-check fails."""
-    if not condition:
-        raise CheckFailed(message)
-
-
-def draw(tensor, **options):
-    """Draw the graph behind `tensor` with torchviz, or say how to get the picture."""
-    try:
-        from graphviz.backend import ExecutableNotFound
-        from torchviz import make_dot
-    except ImportError:
-        print("torchviz is not installed: run `pip install torchviz` to see graph pictures.")
-        return None
-    graph = make_dot(tensor, **options)
-    try:
-        graph.pipe(format="svg")
-    except ExecutableNotFound:
-        print(
-            "No picture: the Graphviz `dot` program is missing. Install it with "
-            "`apt install graphviz`, `brew install graphviz` or `conda install graphviz` "
-            "(Colab already has it)."
-        )
-        return None
-    return graph
-
-
+# %course-setup
 print("torch", torch.__version__)
 
 # %% [markdown]
@@ -177,12 +132,16 @@ check(
     "the new node, not the first one.",
 )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+_gen = torch.Generator().manual_seed(4)
 for _ in range(3):
-    _a, _b, _c = (torch.randn((), dtype=torch.float64) for _ in range(3))
+    _a, _b, _c = (torch.randn((), dtype=torch.float64, generator=_gen) for _ in range(3))
     _w1, _w2, _x = (t.clone().requires_grad_() for t in (_a, _b, _c))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         _g1, _g2 = node_gradients(_w1, _w2, _x)
+    observe("grad_first, grad_second, w1/w2/x.grad", [_g1, _g2, _w1.grad, _w2.grad, _x.grad])
     _y2 = _a * _b * _c
     assert torch.allclose(_g2, 2 * _y2)
     assert torch.allclose(_g1, 2 * _y2 * _b)
@@ -315,17 +274,26 @@ check(
     f"backward() failed, but not with the version counter error. PyTorch said: {_raised[:120]}",
 )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+_gen = torch.Generator().manual_seed(41)
 for _ in range(3):
-    _x = torch.randn(7, dtype=torch.float64, requires_grad=True)
+    _x = torch.randn(7, dtype=torch.float64, requires_grad=True, generator=_gen)
     _x_before = _x.detach().clone()
     _out = broken(_x)
-    assert torch.allclose(_out.detach(), (3 * torch.tanh(_x_before)).sum())
-    assert torch.equal(_x.detach(), _x_before)
+    _raised = None
     try:
         _out.backward()
-        assert False, "broken(x).backward() should fail"
     except RuntimeError as _error:
-        assert "modified by an inplace operation" in str(_error)
+        _raised = str(_error)
+    _version_error = _raised is not None and "modified by an inplace operation" in _raised
+    observe(
+        "out, x after the call, version error, requires_grad",
+        [_out.detach(), _x.detach(), _version_error, _out.requires_grad],
+    )
+    assert torch.allclose(_out.detach(), (3 * torch.tanh(_x_before)).sum())
+    assert torch.equal(_x.detach(), _x_before)
+    assert _version_error, "broken(x).backward() should fail with the version counter error"
 ### END HIDDEN TESTS
 
 
@@ -371,12 +339,17 @@ check(
     f"x.grad should be 3 * (1 - tanh(x)**2) = {_expected}, got {_x.grad}.",
 )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+_gen = torch.Generator().manual_seed(42)
 for _ in range(3):
-    _x = torch.randn(2, 5, dtype=torch.float64, requires_grad=True)
+    _x = torch.randn(2, 5, dtype=torch.float64, requires_grad=True, generator=_gen)
     _x_before = _x.detach().clone()
     _out = fixed(_x)
+    observe("out, requires_grad", [_out.detach(), _out.requires_grad])
     assert torch.allclose(_out.detach(), (3 * torch.tanh(_x_before)).sum())
     _out.backward()
+    observe("x.grad, x after the call", [_x.grad, _x.detach()])
     assert torch.equal(_x.detach(), _x_before)
     assert torch.allclose(_x.grad, 3 * (1 - torch.tanh(_x_before) ** 2))
 ### END HIDDEN TESTS
@@ -464,13 +437,27 @@ check(
     "The parameters moved to new memory: update them in place so every holder sees the change.",
 )
 ### BEGIN HIDDEN TESTS
-_params = [torch.randn(4, 3, requires_grad=True), torch.randn(3, requires_grad=True)]
-_target = torch.randn(5, 3)
-_inp = torch.randn(5, 4)
+from grader_observe import observe
+
+_gen = torch.Generator().manual_seed(43)
+_params = [
+    torch.randn(4, 3, generator=_gen).requires_grad_(),
+    torch.randn(3, generator=_gen).requires_grad_(),
+]
+_target = torch.randn(5, 3, generator=_gen)
+_inp = torch.randn(5, 4, generator=_gen)
 ((_inp @ _params[0] + _params[1] - _target) ** 2).mean().backward()
 _expected = [(p - 0.05 * p.grad).detach() for p in _params]
 _ptrs = [p.data_ptr() for p in _params]
 sgd_step(_params, 0.05)
+observe("params after the step", [_p.detach() for _p in _params], atol=1e-6)
+observe(
+    "leaf, requires_grad, same memory",
+    [
+        [_p.is_leaf, _p.requires_grad, _p.data_ptr() == _ptr]
+        for _p, _ptr in zip(_params, _ptrs, strict=True)
+    ],
+)
 for _p, _e, _ptr in zip(_params, _expected, _ptrs, strict=True):
     assert torch.allclose(_p.detach(), _e, atol=1e-6)
     assert _p.is_leaf and _p.requires_grad and _p.data_ptr() == _ptr
@@ -489,11 +476,16 @@ check(
     "next backward() does not add to the old gradient.",
 )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
 # Two steps of the same gradient must move w by exactly two steps, not 1 + 2.
 _w = torch.tensor([1.0, 2.0], requires_grad=True)
 for _ in range(2):
     (_w * torch.tensor([3.0, -1.0])).sum().backward()
     sgd_step([_w], 0.1)
+    # a reset gradient may be zeros or None: record both as zeros
+    _grad = torch.zeros_like(_w) if _w.grad is None else _w.grad
+    observe("w and its reset gradient", [_w.detach(), _grad], atol=1e-6)
 assert torch.allclose(_w.detach(), torch.tensor([0.4, 2.2]), atol=1e-6)
 assert _w.grad is None or torch.count_nonzero(_w.grad).item() == 0
 ### END HIDDEN TESTS
@@ -659,16 +651,22 @@ check(
     f"w.grad should be 2 * (v(s) - target) * s = {_only_pred}, got {_w.grad}.",
 )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+_gen = torch.Generator().manual_seed(44)
 for _ in range(3):
-    _w = torch.randn(5, dtype=torch.float64, requires_grad=True)
-    _s, _s_next = torch.randn(5, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
-    _r, _gamma = torch.randn(()).item(), 0.9
+    _w = torch.randn(5, dtype=torch.float64, requires_grad=True, generator=_gen)
+    _s = torch.randn(5, dtype=torch.float64, generator=_gen)
+    _s_next = torch.randn(5, dtype=torch.float64, generator=_gen)
+    _r, _gamma = torch.randn((), generator=_gen).item(), 0.9
     _w_before = _w.detach().clone()
     _loss = bootstrap_loss(_w, _s, _r, _s_next, _gamma)
     _pred = (_w_before * _s).sum()
     _target = _r + _gamma * (_w_before * _s_next).sum()
+    observe("loss, requires_grad", [_loss.detach(), _loss.requires_grad])
     assert torch.allclose(_loss.detach(), (_pred - _target) ** 2)
     _loss.backward()
+    observe("w.grad, w after the call", [_w.grad, _w.detach()])
     assert torch.allclose(_w.grad, 2 * (_pred - _target) * _s)
     assert torch.equal(_w.detach(), _w_before)
 ### END HIDDEN TESTS

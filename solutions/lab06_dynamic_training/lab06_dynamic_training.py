@@ -30,57 +30,15 @@
 # you submit.
 
 # %% nbgrader={"locked": true, "grade_id": "setup"}
-# Setup: works in JupyterLab, VS Code and Colab. Installs torchviz only if it is missing.
-import importlib.util
-import subprocess
-import sys
-import warnings
-
-if importlib.util.find_spec("torchviz") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "torchviz"], check=False)
-
+# %course-setup
 import copy
 import io
 import random
 
-import torch
 import torch.nn.functional as F
 from torch import nn
 
-torch.manual_seed(0)
 random.seed(0)
-torch.set_printoptions(precision=4, sci_mode=False)
-
-
-class CheckFailed(AssertionError):
-    """Raised by the self-checks with a message that says what is wrong."""
-
-
-def check(condition, message):
-    """Stop with a readable message when a self-check fails."""
-    if not condition:
-        raise CheckFailed(message)
-
-
-def draw(tensor, **options):
-    """Draw the graph behind `tensor` with torchviz, or say how to get the picture."""
-    try:
-        from graphviz.backend import ExecutableNotFound
-        from torchviz import make_dot
-    except ImportError:
-        print("torchviz is not installed: run `pip install torchviz` to see graph pictures.")
-        return None
-    graph = make_dot(tensor, **options)
-    try:
-        graph.pipe(format="svg")
-    except ExecutableNotFound:
-        print(
-            "No picture: the Graphviz `dot` program is missing. Install it with "
-            "`apt install graphviz`, `brew install graphviz` or `conda install graphviz` "
-            "(Colab already has it)."
-        )
-        return None
-    return graph
 
 
 print("torch", torch.__version__)
@@ -207,11 +165,17 @@ check(
     "layer (the logits may be negative).",
 )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
 for _seed in range(3):
-    torch.manual_seed(100 + _seed)
+    torch.manual_seed(100 + _seed)  # the layers' initial weights; no student code runs before
     _net = DynamicNet(d_in=4, hidden=6, d_out=5).double()
-    _x = torch.randn(9, 4, dtype=torch.float64)
-    _y = torch.randint(0, 5, (9,))
+    _gen = torch.Generator().manual_seed(600 + _seed)
+    _x = torch.randn(9, 4, dtype=torch.float64, generator=_gen)
+    _y = torch.randint(0, 5, (9,), generator=_gen)
+    _logits = unrolled_depth2(dict(_net.named_parameters()), _x)
+    _grads = gradients(F.cross_entropy(_logits, _y), list(_net.parameters()))
+    observe("logits and gradients of the unrolled graph", [_logits.detach(), list(_grads)])
     assert _max_grad_gap(_net, _x, _y, 2) < 1e-12
     assert torch.allclose(
         unrolled_depth2(dict(_net.named_parameters()), _x), _net(_x, 2), atol=1e-12
@@ -331,16 +295,27 @@ check(
     "treat a missing gradient as a zero gradient.",
 )
 ### BEGIN HIDDEN TESTS
-torch.manual_seed(7)
+from grader_observe import observe
+
+_gen = torch.Generator().manual_seed(7)
+_coin = random.Random(7)
 _shapes = [(50,), (30, 20), (4, 4, 4)]
 _steps = [
-    [torch.randn(_s, dtype=torch.float64) if random.random() < 0.7 else None for _s in _shapes]
+    [
+        torch.randn(_s, dtype=torch.float64, generator=_gen) if _coin.random() < 0.7 else None
+        for _s in _shapes
+    ]
     for _ in range(6)
 ]
-for _lr, _mu in [(0.05, 0.5), (0.3, 0.99)]:
+for _k, (_lr, _mu) in enumerate([(0.05, 0.5), (0.3, 0.99)]):
+    torch.manual_seed(70 + _k)  # the starting points, drawn before any student code runs
     _ref, _mine = _compare_with_sgd(_steps, _shapes, _lr, _mu)
+    # bit for bit, as the exercise asks
+    observe("params after 6 steps", [_p.detach() for _p in _mine], rtol=0, atol=0)
     assert all(torch.equal(_a, _b) for _a, _b in zip(_ref, _mine, strict=True))
+torch.manual_seed(72)
 _ref, _mine = _compare_with_sgd([[None, None, None]], _shapes, 0.1, 0.9)
+observe("params after a step without gradients", [_p.detach() for _p in _mine], rtol=0, atol=0)
 assert all(torch.equal(_a, _b) for _a, _b in zip(_ref, _mine, strict=True))
 ### END HIDDEN TESTS
 
@@ -455,16 +430,23 @@ check(
     f"{_drift:.4f}. Use coin=0 in step 2 and clear the gradients with set_to_none.",
 )
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
 for _make in (
     lambda ps: torch.optim.Adam(ps, lr=0.05),
     lambda ps: torch.optim.SGD(ps, lr=0.2, momentum=0.5),
 ):
     for _stn in (True, False):
-        torch.manual_seed(11)
+        torch.manual_seed(11)  # the layers' initial weights; no student code runs before
         _net = TwoBranch()
         _twin = copy.deepcopy(_net)
-        _x = torch.randn(5, 3)
+        _x = torch.randn(5, 3, generator=torch.Generator().manual_seed(12))
         _got = unused_drift(_net, _make(_net.parameters()), _x, _stn)
+        observe(
+            "drift of b, then a and b after the two steps",
+            [_got, _net.a.weight.detach(), _net.b.weight.detach()],
+            atol=1e-6,
+        )
         _opt = _make(_twin.parameters())
         _opt.zero_grad(set_to_none=_stn)
         _twin(_x, 2).pow(2).mean().backward()
@@ -657,9 +639,30 @@ def _widen_ok(_a, _h, _b, _extra, _seed):
 
 _widen_ok(4, 3, 2, 2, 0)
 ### BEGIN HIDDEN TESTS
-_widen_ok(6, 5, 4, 3, 1)
-_widen_ok(2, 1, 3, 4, 2)
-_widen_ok(5, 4, 2, 1, 3)
+from grader_observe import observe
+
+for _a, _h, _b, _extra, _seed in [(6, 5, 4, 3, 1), (2, 1, 3, 4, 2), (5, 4, 2, 1, 3)]:
+    _widen_ok(_a, _h, _b, _extra, _seed)
+    torch.manual_seed(_seed)  # the old layers; the new units' random weights are not recorded
+    _f, _s = nn.Linear(_a, _h), nn.Linear(_h, _b)
+    _nf, _ns = widen_pair(_f, _s, _extra)
+    _x = torch.randn(20, _a, generator=torch.Generator().manual_seed(50 + _seed))
+    _y = _ns(torch.relu(_nf(_x)))
+    _y.pow(2).sum().backward()
+    _learn = _ns.weight.grad[:, _h:].abs().sum().item() + _nf.weight.grad[_h:].abs().sum().item()
+    observe(
+        "shapes, old weights in place, zero outgoing weights, new units learn",
+        [
+            list(_nf.weight.shape),
+            list(_ns.weight.shape),
+            _nf.weight[:_h].detach(),
+            _nf.bias[:_h].detach(),
+            _ns.weight.detach(),  # old columns, then zeros
+            _ns.bias.detach(),
+            _learn > 0,
+        ],
+    )
+    observe("output of the widened pair", _y.detach(), atol=1e-6)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -794,8 +797,42 @@ def _grow_ok(_seed, _extra, _h2):
 
 _grow_ok(0, 3, 6)
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+
+def _optimizer_record(_model, _opt):
+    """Names in param_groups order, orphan count, and each parameter's state, by name."""
+    _names = {id(p): n for n, p in _model.named_parameters()}
+    _order = [_names.get(id(p), "(not in model)") for g in _opt.param_groups for p in g["params"]]
+    _orphans = sum(id(p) not in _names for p in _opt.state)
+    _state = {
+        n: {k: _opt.state[p][k] for k in ("step", "exp_avg", "exp_avg_sq")}
+        if p in _opt.state
+        else None
+        for n, p in _model.named_parameters()
+    }
+    return [_order, _orphans, _state]
+
+
 _grow_ok(5, 1, 2)
 _grow_ok(6, 5, 4)
+for _seed, _extra, _h2 in [(5, 1, 2), (6, 5, 4)]:
+    torch.manual_seed(_seed)  # data, model and 3 Adam steps: no student code runs before grow
+    _x, _y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+    _model = MLP(h2=_h2)
+    _opt = torch.optim.Adam(_model.parameters(), lr=0.01)
+    train(_model, _opt, _x, _y, 3)
+    _shapes = {n: list(p.shape) for n, p in _model.named_parameters()}
+    grow(_model, _opt, _extra)
+    # the state of the new units is zeros and the old values are kept, so all of it is recorded
+    observe("optimizer after grow", _optimizer_record(_model, _opt), rtol=0, atol=0)
+    observe("output after grow", _model(_x).detach(), atol=1e-6)
+    train(_model, _opt, _x, _y, 1)
+    _old_parts = [
+        _p.detach()[tuple(slice(0, n) for n in _shapes[_name])]
+        for _name, _p in _model.named_parameters()
+    ]  # the new units' weights are random: only the old parts are recorded
+    observe("old part of each parameter after one more step", _old_parts, atol=1e-6)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -913,8 +950,30 @@ def _shrink_ok(_seed, _keep, _h2):
 
 _shrink_ok(0, [0, 2, 3, 5], 6)
 ### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
 _shrink_ok(1, [1], 3)
 _shrink_ok(2, [0, 1, 2, 3], 4)
+for _seed, _keep, _h2 in [(1, [1], 3), (2, [0, 1, 2, 3], 4), (8, [0, 3, 4], 6)]:
+    torch.manual_seed(_seed)  # data, model and 3 Adam steps: no student code runs before shrink
+    _x, _y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+    _model = MLP(h2=_h2)
+    _opt = torch.optim.Adam(_model.parameters(), lr=0.01)
+    train(_model, _opt, _x, _y, 3)
+    shrink(_model, _opt, _keep)
+    _names = {id(p): n for n, p in _model.named_parameters()}
+    _order = [_names.get(id(p), "(not in model)") for g in _opt.param_groups for p in g["params"]]
+    _orphans = sum(id(p) not in _names for p in _opt.state)
+    _state = {
+        n: {k: _opt.state[p][k] for k in ("step", "exp_avg", "exp_avg_sq")}
+        if p in _opt.state
+        else None
+        for n, p in _model.named_parameters()
+    }
+    _params = {n: p.detach() for n, p in _model.named_parameters()}
+    observe("param_groups order, orphans, state", [_order, _orphans, _state], rtol=0, atol=0)
+    observe("parameters after shrink", _params, rtol=0, atol=0)
+    observe("output after shrink", _model(_x).detach(), atol=1e-6)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -1010,9 +1069,21 @@ def _restore_ok(_model):
 
 _restore_ok(MLP(h2=10))  # the shape of a grown MLP
 ### BEGIN HIDDEN TESTS
-torch.manual_seed(9)
-_restore_ok(MLP(d_in=7, h1=2, h2=9, d_out=5))
-_restore_ok(MLP(h1=5, h2=3))
+from grader_observe import observe
+
+for _seed, _sizes in [(9, dict(d_in=7, h1=2, h2=9, d_out=5)), (10, dict(h1=5, h2=3))]:
+    torch.manual_seed(_seed)  # the saved model's weights; no student code runs before
+    _model = MLP(**_sizes)
+    _restore_ok(_model)
+    _buffer = io.BytesIO()
+    torch.save(_model.state_dict(), _buffer)
+    _buffer.seek(0)
+    _back = restore_mlp(torch.load(_buffer))
+    _x = torch.randn(7, _model.fc1.in_features, generator=torch.Generator().manual_seed(_seed))
+    _layers = [(_l.in_features, _l.out_features) for _l in (_back.fc1, _back.fc2, _back.fc3)]
+    observe("restored layer sizes", _layers)
+    observe("restored parameters", {n: p.detach() for n, p in _back.named_parameters()})
+    observe("output of the restored model", _back(_x).detach(), atol=1e-6)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -1150,19 +1221,62 @@ check(
     _raised, "Loading state of shape (5, 5) onto a.weight (shape (2, 3)) should raise ValueError."
 )
 ### BEGIN HIDDEN TESTS
-torch.manual_seed(4)
+from grader_observe import observe
+
+
+def _named_record(_named):
+    """The saved state, canonical: names and state keys sorted."""
+    return [[n, [[k, _named[n][k]] for k in sorted(_named[n])]] for n in sorted(_named)]
+
+
+def _loaded_record(_model, _opt):
+    """For each parameter (the model's order): its state after loading, keys sorted, or None."""
+    return [
+        [n, None if p not in _opt.state else [[k, _opt.state[p][k]] for k in sorted(_opt.state[p])]]
+        for n, p in _model.named_parameters()
+    ]
+
+
+torch.manual_seed(4)  # model and 2 Adam steps: no student code runs before
 _m = MLP()
 _o = torch.optim.Adam(_m.parameters(), lr=0.01)
-train(_m, _o, xg, yg, 2)
+_gen = torch.Generator().manual_seed(40)
+_xh, _yh = torch.randn(32, 4, generator=_gen), torch.randint(0, 3, (32,), generator=_gen)
+train(_m, _o, _xh, _yh, 2)
 _by_name_ok(_m, _o, MLP())
+_named = optimizer_state_by_name(_m, _o)
+observe("saved state by name", _named_record(_named), rtol=0, atol=0)
+_dst = MLP()
+_dst_opt = torch.optim.Adam(_dst.parameters(), lr=0.1)
+load_optimizer_state_by_name(_dst, _dst_opt, _named)
+observe("state after loading into an MLP", _loaded_record(_dst, _dst_opt), rtol=0, atol=0)
+# a model that declares its layers in the other order: only names can match the state
+torch.manual_seed(5)
+_tb = TwoBranch()
+_tb_opt = torch.optim.Adam(_tb.parameters(), lr=0.1)
+_x3h = torch.randn(8, 3, generator=_gen)
+for _ in range(2):  # only branch a trains
+    _tb_opt.zero_grad()
+    _tb(_x3h, 0).pow(2).mean().backward()
+    _tb_opt.step()
+_v2 = TwoBranchV2()
+_v2_opt = torch.optim.Adam(_v2.parameters(), lr=0.1)
+load_optimizer_state_by_name(_v2, _v2_opt, optimizer_state_by_name(_tb, _tb_opt))
+observe("state after loading into TwoBranchV2", _loaded_record(_v2, _v2_opt), rtol=0, atol=0)
 _m2 = MLP(h2=9)
 try:
     load_optimizer_state_by_name(
         _m2, torch.optim.Adam(_m2.parameters()), optimizer_state_by_name(_m, _o)
     )
-    assert False, "expected ValueError"
+    _message = None
 except ValueError as _error:
-    assert "fc2" in str(_error) or "fc3" in str(_error)
+    _message = str(_error)
+observe(
+    "ValueError raised, and it names fc2 or fc3",
+    [_message is not None, _message is not None and ("fc2" in _message or "fc3" in _message)],
+)
+assert _message is not None, "expected ValueError"
+assert "fc2" in _message or "fc3" in _message
 ### END HIDDEN TESTS
 
 # %% [markdown]
