@@ -74,6 +74,11 @@ def kernel_argv(workdir: Path, runtime: Path, hide: list[Path], readonly: list[P
     for path in hide:  # the folders made to hold the binds above stay read-only too
         argv += ["--remount-ro", str(path)]
     argv += ["--setenv", "PYTHONPATH", str(KERNEL_SIDE), "--chdir", str(workdir)]
+    # Scratch space inside the sandbox. torch, once imported by the grader itself, exports
+    # TORCHINDUCTOR_CACHE_DIR under /tmp, which the kernel would inherit and cannot write.
+    for name, path in [("TMPDIR", runtime), ("TORCHINDUCTOR_CACHE_DIR", runtime / "inductor"),
+                       ("TRITON_CACHE_DIR", runtime / "triton")]:  # fmt: skip
+        argv += ["--setenv", name, str(path)]
     argv += [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     return argv
 
