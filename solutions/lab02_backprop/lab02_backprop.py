@@ -30,6 +30,8 @@
 
 # %% nbgrader={"locked": true, "grade_id": "setup"}
 # %course-setup
+import matplotlib.pyplot as plt
+
 print("torch", torch.__version__)
 
 # %% [markdown]
@@ -323,6 +325,39 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     for _name, _t in [("x", x), ("y", y), ("z", z), ("p", p), ("q", q)]:
         print(f"df/d{_name} =", None if _t.grad is None else _t.grad.item())
+
+# %% [markdown]
+# The same gradients in a picture, next to an estimate that needs no chain rule: nudge one
+# value by $\pm h$, recompute $f$ from that value on, and take the slope
+# $\big(f(v + h) - f(v - h)\big) / 2h$. Each dot (the nudge) should sit on top of its bar
+# (`backward()`); a missing bar is a `.grad` that is `None`.
+
+
+# %%
+def f_nudged(dx=0.0, dy=0.0, dz=0.0, dp=0.0, dq=0.0):
+    """f at your point, with x, y, z, p or q moved a little (what comes after follows)."""
+    p_ = (x.item() + dx) ** 2 + dp
+    q_ = p_ + y.item() + dy + dq
+    return q_ * (z.item() + dz)
+
+
+h_step = 1e-3
+names = ["x", "y", "z", "p", "q"]
+nudged = [
+    (f_nudged(**{"d" + n: h_step}) - f_nudged(**{"d" + n: -h_step})) / (2 * h_step) for n in names
+]
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from_backward = [float("nan") if t.grad is None else t.grad.item() for t in (x, y, z, p, q)]
+fig, ax = plt.subplots(figsize=(5, 3))
+ax.bar(names, from_backward, color="C0", label="backward()")
+ax.scatter(names, nudged, color="black", zorder=3, label="nudge by ±h")
+ax.axhline(0, color="gray", linewidth=0.8)
+ax.set_xlabel("value v")
+ax.set_ylabel("df/dv")
+ax.set_title(f"f = (x² + y)·z at (x, y, z) = ({x.item():g}, {y.item():g}, {z.item():g})")
+ax.legend()
+plt.show()
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_f_leaves"}
 for _name, _t in [("x", x), ("y", y), ("z", z)]:

@@ -29,6 +29,8 @@
 # %course-setup
 import copy
 
+import matplotlib.pyplot as plt
+import numpy as np
 import torch.nn.functional as F
 from torch import nn
 
@@ -301,6 +303,38 @@ for _k in (1, 2, 5):
     _refs = torch.autograd.grad(_hr.sum(), _Ws)
     assert all(torch.allclose(g, r, atol=1e-10) for g, r in zip(_copies, _refs, strict=True))
 ### END HIDDEN TESTS
+
+# %% [markdown]
+# The sum in a picture, for a 3x3 `W` used 3 times. Above each entry of `W`, the three
+# coloured bars are the gradients of the three copies, each starting where the one before it
+# ended; the black line is the gradient of the shared `W`. The last bar ends on the line.
+
+# %%
+gen = torch.Generator().manual_seed(5)
+W3 = torch.randn(3, 3, dtype=torch.float64, generator=gen, requires_grad=True)
+shared, copies = unrolled_grads(W3, torch.randn(3, 1, dtype=torch.float64, generator=gen), 3)
+ends = np.cumsum([g.detach().numpy().ravel() for g in copies], axis=0)  # running sums
+starts = np.vstack([np.zeros(9), ends[:-1]])
+entries = np.arange(9)
+fig, ax = plt.subplots(figsize=(8, 3.2))
+for i in range(3):
+    ax.bar(
+        entries + (i - 1) * 0.27,
+        ends[i] - starts[i],
+        bottom=starts[i],
+        width=0.27,
+        label=f"use {i + 1} (copy W_{i + 1})",
+    )
+total_grad = shared.detach().numpy().ravel()
+ax.hlines(total_grad, entries - 0.45, entries + 0.45, color="black", label="shared W.grad")
+ax.axhline(0, color="gray", linewidth=0.8)
+ax.set_xticks(entries, [f"[{r},{c}]" for r in range(3) for c in range(3)])
+ax.set_xlabel("entry of W")
+ax.set_ylabel("gradient")
+ax.set_title("A weight used 3 times: its gradient is the sum of 3 contributions")
+ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+plt.tight_layout()
+plt.show()
 
 # %% [markdown]
 # ### Exercise 3 (2 points): count the uses in the graph

@@ -35,13 +35,26 @@ import copy
 import io
 import random
 
+import matplotlib.pyplot as plt
 import torch.nn.functional as F
+from livelossplot import PlotLosses
+from livelossplot.outputs import MatplotlibPlot
 from torch import nn
+from tqdm.auto import tqdm
 
 random.seed(0)
+# While the notebook is graded (nbgrader sets NBGRADER_EXECUTION), no live plots are drawn.
+GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))
 
 
-print("torch", torch.__version__)
+def live_plot(groups):
+    """A live plot of the named curves (livelossplot), 5 x 4 inches each; None while grading."""
+    if GRADING:
+        return None
+    return PlotLosses(groups=groups, step_names="step", outputs=[MatplotlibPlot(cell_size=(5, 2))])
+
+
+print("torch", torch.__version__, "| grading mode" if GRADING else "")
 
 # %% [markdown]
 # ## 1. A dynamic graph has the gradients of its unrolled twin
@@ -470,7 +483,8 @@ for _make in (
 # For `DynamicNet` this decides what "skipping a layer" means. With `set_to_none=True` a
 # skipped middle layer is frozen for that step, and Adam's per-parameter step counter
 # (`state["step"]`) does not advance for it. Watch the counters after 40 steps with random
-# depth:
+# depth. The loop rolls the dice itself, `dyn(xs, depth)`, only so that the plot can show
+# each step's depth next to its loss.
 
 # %%
 torch.manual_seed(0)
@@ -478,10 +492,18 @@ random.seed(0)
 dyn = DynamicNet()
 opt = torch.optim.Adam(dyn.parameters(), lr=1e-2)
 xs, ys = torch.randn(64, 5), torch.randint(0, 3, (64,))
-for _ in range(40):
-    opt.zero_grad(set_to_none=True)
-    F.cross_entropy(dyn(xs), ys).backward()
-    opt.step()
+live = live_plot({"loss": ["loss"], "depth": ["depth"]})
+for start in range(0, 40, 20):  # a progress bar per 20 steps, then the plot is redrawn
+    for _ in tqdm(range(20), desc=f"steps {start + 1}-{start + 20}", leave=False, disable=GRADING):
+        depth = random.randint(0, 3)  # the same dice roll dyn(xs) would make
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(dyn(xs, depth), ys)
+        loss.backward()
+        opt.step()
+        if live is not None:
+            live.update({"loss": loss.item(), "depth": depth})
+    if live is not None:
+        live.send()
 for name, p in dyn.named_parameters():
     print(f"{name:22} Adam steps taken: {int(opt.state[p]['step'])}")
 
@@ -843,6 +865,62 @@ for _seed, _extra, _h2 in [(5, 1, 2), (6, 5, 4)]:
 # and the moments and step count came along. Had you created a fresh `Adam`, every weight
 # would restart with `step = 1`, whose bias-corrected update is about `lr` in size for
 # every weight, a jolt to a network in the middle of training.
+#
+# See it. The next cell trains an `MLP` whose hidden layer has only 2 units, grows it to 8
+# halfway through, and from then on trains three copies side by side: grown with your
+# `grow` (state moved), grown the same way but handed a fresh `Adam`, and not grown at all.
+
+# %%
+gen = torch.Generator().manual_seed(0)
+x_fit = torch.randn(512, 4, generator=gen)
+teacher = torch.randn(4, 16, generator=gen), torch.randn(16, 3, generator=gen)
+y_fit = (torch.tanh(x_fit @ teacher[0]) @ teacher[1]).argmax(1)  # labels a wider net can learn
+
+STEPS, GROW_AT, LR = 300, 150, 0.05
+torch.manual_seed(0)
+narrow = MLP(h2=2)
+runs = {"grow (state moved)": (narrow, torch.optim.Adam(narrow.parameters(), lr=LR))}
+curves = {name: [] for name in ("grow (state moved)", "fresh Adam", "not grown")}
+live = live_plot({"cross-entropy": list(curves)})
+for start in range(0, STEPS, 75):  # a progress bar per 75 steps, then the plot is redrawn
+    for step in tqdm(range(start, start + 75), desc="training", leave=False, disable=GRADING):
+        if step == GROW_AT:
+            runs["not grown"] = copy.deepcopy(runs["grow (state moved)"])  # model and Adam
+            grow(narrow, runs["grow (state moved)"][1], 6)
+            twin = copy.deepcopy(narrow)  # the same grown weights, and a new Adam
+            runs["fresh Adam"] = (twin, torch.optim.Adam(twin.parameters(), lr=LR))
+        now = {}
+        for name, (model, optimizer) in runs.items():
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x_fit), y_fit)
+            loss.backward()
+            optimizer.step()
+            now[name] = loss.item()
+        for name, curve in curves.items():  # before growing, the three runs are one
+            curve.append(now.get(name, now["grow (state moved)"]))
+        if live is not None:
+            live.update({name: curve[-1] for name, curve in curves.items()})
+    if live is not None:
+        live.send()
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 3.5))
+for (name, curve), color in zip(curves.items(), ["C0", "C3", "0.6"], strict=True):
+    ax.plot(curve, label=name, color=color, linewidth=1.2)
+ax.axvline(GROW_AT, color="black", linestyle=":", linewidth=1)
+ax.annotate("hidden layer grows 2 -> 8", (GROW_AT, 1.0), xytext=(5, 0), textcoords="offset points")
+ax.set_yscale("log")
+ax.set_xlabel("training step (full batch of 512)")
+ax.set_ylabel("cross-entropy (log scale)")
+ax.set_title("Growing a layer in the middle of training, with Adam")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# At the dotted line the blue curve does not jump: the grown network computes the same
+# function, and Adam carries on where it was. The red curve, same weights but a fresh Adam,
+# jumps up, because its first step moves every weight by about `lr`, and in this run it
+# never catches up. The gray curve is what the 2-unit layer manages without growing.
 #
 # ### Exercise 6 (2 points): shrink the hidden layer, leaving no orphans
 #

@@ -43,6 +43,7 @@ import logging
 import random
 import time
 
+import matplotlib.pyplot as plt
 import numpy as np
 import torch._dynamo
 import torch.nn.functional as F
@@ -867,6 +868,23 @@ for depth in [2, 0, 3, 1, 3]:
     ((hidden @ torch_params["W_out"] + torch_params["b_out"]) ** 2).sum().backward()
 print("torch grad of b_mid:", torch_params["b_mid"].grad.numpy())
 
+# %% [markdown]
+# That was one of six parameters. Here is every entry of every gradient, yours against
+# PyTorch's: where the two engines agree, the points lie on the diagonal.
+
+# %%
+fig, ax = plt.subplots(figsize=(4.5, 4.5))
+for name in sizes:
+    theirs, ours = torch_params[name].grad.numpy().ravel(), np.ravel(params[name].grad)
+    ax.scatter(theirs, ours, s=14, label=name)
+low, high = ax.get_xlim()
+ax.plot([low, high], [low, high], color="gray", linewidth=0.8, zorder=0)
+ax.set_xlabel("PyTorch's gradient")
+ax.set_ylabel("your engine's gradient")
+ax.set_title("DynamicNet after 5 dice throws")
+ax.legend(fontsize=8)
+plt.show()
+
 
 # %% nbgrader={"grade": true, "grade_id": "test_dynamic_net", "points": 2}
 def _replay(depths, start, batch):
@@ -1295,6 +1313,27 @@ while value.norm() < 10:
     value, steps = value + torch.relu(value @ w_grow) + 0.5, steps + 1
 print(f"the while loop stopped after {steps} steps; the bounded loop always does 30")
 print("same result:", torch.allclose(grow_bounded(batch[:1], w_grow), grow(batch[:1], w_grow)))
+
+# %% [markdown]
+# The same in a picture: the norm of `x` after each step of both loops. Every step of the
+# bounded loop in the shaded part computes a new `x` and then throws it away.
+
+# %%
+norms_while, value = [batch[:1].norm().item()], batch[:1]
+while value.norm() < 10:
+    value = value + torch.relu(value @ w_grow) + 0.5
+    norms_while.append(value.norm().item())
+norms_bounded = [grow_bounded(batch[:1], w_grow, max_steps=k).norm().item() for k in range(31)]
+fig, ax = plt.subplots(figsize=(6, 3))
+ax.axvspan(len(norms_while) - 1, 30, color="C1", alpha=0.12, label="steps that change nothing")
+ax.plot(norms_bounded, "o-", color="C1", markersize=3, label="grow_bounded (30 steps)")
+ax.plot(norms_while, "o-", color="C0", markersize=5, label="while loop (grow)")
+ax.axhline(10, color="gray", linestyle=":", linewidth=1)
+ax.set_xlabel("loop step")
+ax.set_ylabel("x.norm()")
+ax.set_title("A data-dependent loop, and its bounded twin")
+ax.legend(fontsize=8)
+plt.show()
 
 # %% [markdown]
 # ## What you have seen
