@@ -30,7 +30,7 @@ c.OverwriteCells.add_missing_cells = True
 c.Autograde.create_student = True
 c.LimitOutput.max_lines = 1000
 c.Autograde.autograde_preprocessors = [
-    "nbgrader.preprocessors.Execute",
+    "graders.sandbox.SandboxedExecute",  # nbgrader's Execute; sandboxed under graders.grade
     "nbgrader.preprocessors.IgnorePattern",
     "graders.limits.CapOutputSize",  # characters and bytes, not only lines
     "nbconvert.preprocessors.ClearMetadataPreprocessor",

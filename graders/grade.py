@@ -4,10 +4,11 @@ nbgrader does the grading. Around it, this module:
 
 1. checks every submission folder first and reports, by path, what cannot be graded (a lab
    that does not exist, a missing or unreadable notebook) instead of stopping the class;
-2. grades each submission in its own scratch copy of the course (a copy of the gradebook and
-   of that one submission, its nbgrader metadata restored from the release), so the
-   submitted files are never touched and workers never share a database; the notebook's
-   kernel runs in the sandbox of graders/sandbox.py;
+2. grades a lab's submissions in chunks, one nbgrader run per chunk, each in its own scratch
+   copy of the course (a copy of the gradebook and of those submissions, their nbgrader
+   metadata restored from the release), on N workers; the submitted files are never
+   touched and workers never share a database. Every notebook's kernel runs in a sandbox
+   of its own (graders/sandbox.py), with a whole-notebook budget;
 3. merges each scratch result into the one gradebook, one at a time, keeping a test cell's
    points only where the independent check of graders/judge.py agrees;
 4. writes feedback HTML and exports grades.csv with nbgrader.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import shutil
 import subprocess
@@ -147,74 +149,143 @@ def restore_metadata(nb, release):
     return nb
 
 
-def sandbox_env(root: Path, scratch: Path, workdir: Path) -> dict[str, str]:
-    """Environment for nbgrader so that the notebook's kernel starts in the sandbox."""
+def sandbox_env(root: Path, scratch: Path, budget_s: float = NOTEBOOK_BUDGET_S) -> dict[str, str]:
+    """Environment for nbgrader so that each notebook's kernel starts in its own sandbox
+    (graders.sandbox.SandboxKernelManager reads COURSE_SANDBOX)."""
     runtime = scratch / "runtime"
-    runtime.mkdir()
-    hide = [Path(tempfile.gettempdir()), REPO, root, scratch.parent]
-    readonly = [Path(sys.prefix)]
+    runtime.mkdir(exist_ok=True)
+    sandbox.write_kernelspec(scratch / "jupyter")
+    readonly = [sys.prefix]
     if os.environ.get("COURSE_DATA_ROOT"):
-        readonly.append(Path(os.environ["COURSE_DATA_ROOT"]))
-    argv = sandbox.kernel_argv(workdir, runtime, hide=hide, readonly=readonly)
-    sandbox.write_kernelspec(scratch / "jupyter", argv)
-    # The connection file (nbclient puts it in TMPDIR) and the kernel's Unix sockets live in
-    # `runtime`, the one folder besides the working folder that the sandbox shares.
+        readonly.append(os.environ["COURSE_DATA_ROOT"])
+    settings = {
+        "runtime": str(runtime),
+        "hide": [tempfile.gettempdir(), str(REPO), str(root), str(scratch.parent)],
+        "readonly": readonly,
+        "budget_s": budget_s,
+        "events": str(runtime / "events.jsonl"),
+    }
     return {
+        sandbox.SETTINGS_ENV: json.dumps(settings),
         "JUPYTER_PATH": str(scratch / "jupyter"),
         "JUPYTER_RUNTIME_DIR": str(runtime),
         "TMPDIR": str(runtime),
-        "IPYTHONDIR": str(runtime / "ipython"),
-        "MPLCONFIGDIR": str(runtime / "matplotlib"),
     }
 
 
-def grade_in_scratch(
-    sub: Submission, root: Path, scratch: Path, cell_timeout: int | None = None
-) -> Outcome:
-    """Autograde one submission in a course of its own under `scratch`."""
+@dataclass
+class Chunk:
+    """Submissions of one lab that one nbgrader run grades, one after the other."""
+
+    lab: str
+    submissions: list[Submission]
+
+
+def chunks(submissions: list[Submission], workers: int, most: int = 8) -> list[Chunk]:
+    """Split each lab's submissions into chunks: at least one per worker, at most `most`
+    submissions each (one nbgrader start per chunk instead of one per submission); the
+    biggest chunks come first so the workers finish together."""
+    by_lab: dict[str, list[Submission]] = {}
+    for sub in submissions:
+        by_lab.setdefault(sub.lab, []).append(sub)
+    found = []
+    for lab, subs in by_lab.items():
+        n = min(len(subs), max(workers, -(-len(subs) // most)))
+        found += [Chunk(lab, subs[i::n]) for i in range(n)]
+    return sorted(found, key=lambda c: -len(c.submissions))
+
+
+def grade_chunk(
+    chunk: Chunk,
+    root: Path,
+    scratch: Path,
+    cell_timeout: int | None = None,
+    budget_s: float = NOTEBOOK_BUDGET_S,
+) -> list[Outcome]:
+    """Autograde a chunk in a course of its own under `scratch` (one nbgrader run); a
+    submission that nbgrader could not finish there is graded again alone, for its reason."""
     scratch.mkdir(parents=True)
     shutil.copy2(root / "gradebook.db", scratch / "gradebook.db")
-    shutil.copytree(sub.folder, scratch / "submitted" / sub.student / sub.lab)
-    handed_in = scratch / "submitted" / sub.student / sub.lab / f"{sub.lab}.ipynb"
-    release = nbformat.read(root / "labs" / sub.lab / f"{sub.lab}.ipynb", as_version=4)
-    nbformat.write(restore_metadata(nbformat.read(handed_in, as_version=4), release), handed_in)
-    workdir = scratch / "autograded" / sub.student / sub.lab
+    lab = chunk.lab
+    release = nbformat.read(root / "labs" / lab / f"{lab}.ipynb", as_version=4)
+    for sub in chunk.submissions:
+        handed_in = scratch / "submitted" / sub.student / lab / f"{lab}.ipynb"
+        shutil.copytree(sub.folder, handed_in.parent)
+        nbformat.write(restore_metadata(nbformat.read(handed_in, as_version=4), release), handed_in)
+    env = sandbox_env(root, scratch, budget_s)
     try:
         result = nbgrader(
             "autograde",
-            sub.lab,
-            f"--student={sub.student}",
+            lab,
             "--force",
-            # Unix sockets reach the kernel in the sandbox's own network namespace
-            "--KernelManager.transport=ipc",
-            f"--KernelManager.ip={scratch / 'runtime' / 'kernel'}",
             *([f"--Execute.timeout={cell_timeout}"] if cell_timeout else []),
             root=scratch,
-            timeout=NOTEBOOK_BUDGET_S,
-            env=sandbox_env(root, scratch, workdir),
+            timeout=(budget_s + sandbox.KILL_GRACE_S + 30) * len(chunk.submissions),
+            env=env,
         )
-    except subprocess.TimeoutExpired:
-        return Outcome(
-            sub,
-            scratch,
-            f"stopped after the whole-notebook budget of {NOTEBOOK_BUDGET_S} s; recorded as 0",
-        )
-    graded = scratch / "autograded" / sub.student / sub.lab / f"{sub.lab}.ipynb"
-    if result.returncode != 0 or not graded.is_file():
         log = result.stdout + result.stderr
-        if "Kernel died" in log or "DeadKernelError" in log:
-            reason = (
-                "the kernel died while running the notebook (os._exit, a crash or out of memory)"
+    except subprocess.TimeoutExpired:
+        log = None
+    events = Path(json.loads(env[sandbox.SETTINGS_ENV])["events"])
+    over_budget = (
+        {json.loads(line)["workdir"] for line in events.read_text().splitlines()}
+        if events.is_file()
+        else set()
+    )
+    outcomes = []
+    for sub in chunk.submissions:
+        workdir = scratch / "autograded" / sub.student / lab
+        if (workdir / f"{lab}.ipynb").is_file() and log is not None:
+            outcomes.append(Outcome(sub, scratch))
+        elif str(workdir.resolve()) in over_budget or log is None:
+            outcomes.append(
+                Outcome(
+                    sub,
+                    scratch,
+                    f"stopped after the whole-notebook budget of {budget_s:g} s; recorded as 0",
+                )
             )
+        elif len(chunk.submissions) > 1:
+            again = Chunk(lab, [sub])
+            alone = scratch.with_name(f"{scratch.name}-{len(outcomes)}")
+            outcomes += grade_chunk(again, root, alone, cell_timeout, budget_s)
         else:
-            errors = [line.split("] ", 1)[-1] for line in log.splitlines() if "| ERROR]" in line]
-            reason = errors[0][:300] if errors else "nbgrader autograde failed"
-        return Outcome(sub, scratch, reason + "; recorded as 0")
-    return Outcome(sub, scratch)
+            outcomes.append(Outcome(sub, scratch, failure_reason(log)))
+    return outcomes
 
 
-def merge(outcome: Outcome, root: Path, reference: dict[str, list[dict]]) -> None:
-    """Copy one scratch result (grades, comments, autograded notebook) into the course.
+def failure_reason(log: str) -> str:
+    """Why nbgrader could not grade a notebook, from its log (one submission's)."""
+    if "Kernel died" in log or "DeadKernelError" in log:
+        reason = "the kernel died while running the notebook (os._exit, a crash or out of memory)"
+    else:
+        errors = [line.split("] ", 1)[-1] for line in log.splitlines() if "| ERROR]" in line]
+        reason = errors[0][:300] if errors else "nbgrader autograde failed"
+    return reason + "; recorded as 0"
+
+
+LIMITS = {
+    "CellTimeoutError": "hit the per-cell time limit",
+    "NotebookBudgetExceeded": "ran out of the whole-notebook budget",
+    "KernelUnresponsive": "had a cell that ignored the interrupt at its time limit",
+    "MemoryError": "hit the memory cap",
+}
+
+
+def limit_hit(nb) -> str | None:
+    """The first limit the graded notebook ran into, and where, or None."""
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            if output.get("output_type") == "error" and output.get("ename") in LIMITS:
+                grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                where = f"cell {index}" + (f" ({grade_id})" if grade_id else "")
+                return f"{LIMITS[output.ename]} in {where}; graded up to there, see its feedback"
+    return None
+
+
+def merge(outcome: Outcome, root: Path, reference: dict[str, list[dict]]) -> str | None:
+    """Copy one scratch result (grades, comments, autograded notebook) into the course, and
+    say which limit the notebook hit, if any.
 
     A test cell keeps nbgrader's points only if its observations match the reference
     solution's (graders/judge.py); otherwise it gets 0 and the notebook says why.
@@ -236,6 +307,7 @@ def merge(outcome: Outcome, root: Path, reference: dict[str, list[dict]]) -> Non
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(outcome.scratch / "autograded" / sub.student / sub.lab, target)
+    return limit_hit(nb)
 
 
 def _merge_grades(sub: Submission, scratch_db: Path, course_db: Path, overruled: dict) -> None:
@@ -329,6 +401,7 @@ def grade_class(
     feedback: bool = True,
     quiet: bool = False,
     cell_timeout: int | None = None,
+    budget_s: float = NOTEBOOK_BUDGET_S,
 ) -> Report:
     labs = labs or LABS
     workers = workers or os.cpu_count() or 1
@@ -345,38 +418,46 @@ def grade_class(
     start = time.monotonic()
     with (
         tempfile.TemporaryDirectory(prefix="grading-") as tmp,
-        ThreadPoolExecutor(max_workers=1) as reference_pool,
+        ThreadPoolExecutor(max_workers=workers) as pool,
     ):
-        # the reference solution's observations, one run per lab, beside the grading
+        # the reference solution's observations (one run per lab, trusted code) come first
         references = {
-            lab: reference_pool.submit(judge.reference_observations, solution_notebook(root, lab))
+            lab: pool.submit(judge.reference_observations, solution_notebook(root, lab))
             for lab in sorted({sub.lab for sub in submissions})
         }
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = [
-                pool.submit(grade_in_scratch, sub, root, Path(tmp) / f"{i:05d}", cell_timeout)
-                for i, sub in enumerate(submissions)
-            ]
-            for done, future in enumerate(as_completed(futures), 1):
-                outcome = future.result()
+        futures = [
+            pool.submit(grade_chunk, chunk, root, Path(tmp) / f"{i:04d}", cell_timeout, budget_s)
+            for i, chunk in enumerate(chunks(submissions, workers))
+        ]
+        done, graded = 0, []
+        for future in as_completed(futures):
+            outcomes = future.result()
+            for outcome in outcomes:
                 sub = outcome.submission
                 if outcome.error:
                     report.problems.append(Problem(_rel(sub.folder, root), outcome.error))
                     record_failure(sub, root)
                 else:
-                    merge(outcome, root, references[sub.lab].result())
-                shutil.rmtree(outcome.scratch, ignore_errors=True)
+                    limit = merge(outcome, root, references[sub.lab].result())
+                    graded.append(sub)
+                    if limit:
+                        report.problems.append(Problem(_rel(sub.folder, root), limit))
+                done += 1
                 elapsed = time.monotonic() - start
                 eta = elapsed / done * (len(submissions) - done)
                 where = f"{sub.student}/{sub.lab}"
                 say(f"  [{done}/{len(submissions)}] {where}  {elapsed:.0f}s, ETA {eta:.0f}s")
+            for scratch in {outcome.scratch for outcome in outcomes}:
+                shutil.rmtree(scratch, ignore_errors=True)
     if feedback:
         for lab in sorted({sub.lab for sub in submissions}):
-            result = nbgrader("generate_feedback", lab, "--force", root=root)
-            if result.returncode != 0:
-                report.problems.append(
-                    Problem(f"feedback/*/{lab}", "nbgrader generate_feedback failed")
-                )
+            nbgrader("generate_feedback", lab, "--force", root=root)
+            for sub in graded:  # those recorded as 0 are in the problems already
+                page = root / "feedback" / sub.student / lab / f"{lab}.html"
+                if sub.lab == lab and not page.is_file():
+                    report.problems.append(
+                        Problem(_rel(page, root), "nbgrader generate_feedback did not write it")
+                    )
         result = nbgrader("export", f"--to={root / 'grades.csv'}", root=root)
         if result.returncode != 0:
             report.problems.append(Problem("grades.csv", "nbgrader export failed"))

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import sqlite3
 import textwrap
+import time
 from pathlib import Path
 
 import nbformat
@@ -21,6 +23,7 @@ from graders.grade import grade_class
 LAB = "lab02_backprop"  # 10 points: 5 test cells of 2, answer cells below
 FIRST, SECOND = "recurrent_step", "backward_twice"
 CELL_TIMEOUT = 20
+BUDGET_S = 15  # the budget test's; long enough for the setup cell and one exercise
 
 
 def cell(nb, grade_id):
@@ -51,6 +54,16 @@ torch.equal = lambda *a, **k: True
 builtins.abs = lambda x: 0
 builtins.all = lambda it: True
 """
+# Leave a startup file for whichever kernel starts next with the same IPython folder: if
+# kernels shared it, every later student would fail every check.
+PLANT_FOR_NEXT_KERNEL = """
+import pathlib
+_startup = pathlib.Path(get_ipython().profile_dir.startup_dir)
+_startup.mkdir(parents=True, exist_ok=True)
+(_startup / "00-plant.py").write_text("import torch\\ntorch.allclose = lambda *a, **k: False\\n")
+print("PLANTED", _startup)
+"""
+
 WRONG = {
     FIRST: "def recurrent_step(Wh, Wx, x, h):\n    return torch.zeros(()), torch.zeros(3, 1)",
     SECOND: "def backward_twice(w):\n    return torch.tensor(0.0)",
@@ -156,6 +169,10 @@ def make_class(root: Path, paths: dict[str, Path]) -> dict[str, float]:
     )
     add("network_call", nb, 10)
 
+    nb = copy.deepcopy(complete)
+    prepend(nb, FIRST, PLANT_FOR_NEXT_KERNEL)
+    add("plants_for_next_kernel", nb, 10)
+
     for name, nb in class_.items():
         out = root / "submitted" / name / LAB / f"{LAB}.ipynb"
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -212,6 +229,7 @@ def test_adversaries_were_contained(graded):
         )
 
     assert "NETWORK: unreachable" in outputs("network_call")
+    assert "PLANTED" in outputs("plants_for_next_kernel")  # written, and harmed nobody
     written = outputs("overwrites_gradebook")
     assert "WROTE" not in written and written.count("REFUSED") == 4
     assert len(outputs("prints_100mb")) < 100_000
@@ -226,3 +244,63 @@ def test_adversaries_were_contained(graded):
         assert overruled, f"{trick}: no test cell was overruled by the judge"
     dead = [p for p in report.problems if "os_exit" in p.where]
     assert dead and "kernel died" in dead[0].reason
+
+
+def test_the_notebook_budget_keeps_the_checks_that_finished(tmp_path):
+    """A notebook that runs out of its whole-notebook budget keeps the points of the checks
+    done in time; the cell running then and the cells after it say why they failed."""
+    build(root=tmp_path, labs=[LAB], release=tmp_path / "labs")
+    release = nbformat.read(tmp_path / "labs" / LAB / f"{LAB}.ipynb", as_version=4)
+    (complete,) = [s for s in declared_class(LAB) if s.name == "complete"]
+    nb = student_notebook(complete, release, source_notebook(LAB))
+    # ignores the interrupt, so only the budget stops it
+    prepend(
+        nb,
+        SECOND,
+        "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass",
+    )
+    out = tmp_path / "submitted" / "over_budget" / LAB / f"{LAB}.ipynb"
+    out.parent.mkdir(parents=True)
+    nbformat.write(nb, out)
+    report = grade_class(tmp_path, labs=[LAB], workers=1, quiet=True, budget_s=BUDGET_S)
+    assert report.scores[("over_budget", LAB)] == 2  # test_recurrent_step ran in time
+    graded = nbformat.read(tmp_path / "autograded" / "over_budget" / LAB / f"{LAB}.ipynb", 4)
+    errors = [
+        o.evalue for c in graded.cells if c.cell_type == "code" for o in c.outputs
+        if o.output_type == "error" and o.ename == "NotebookBudgetExceeded"
+    ]  # fmt: skip
+    assert (
+        errors[0]
+        == f"the whole-notebook budget of {BUDGET_S} s ran out while this cell was running"
+    )
+    assert len(errors) > 3 and all(e.startswith("not run:") for e in errors[1:])
+    assert cell(graded, SECOND).outputs[-1].ename == "NotebookBudgetExceeded"
+    problem = [p for p in report.problems if "over_budget" in p.where]
+    assert problem and "budget" in problem[0].reason and SECOND in problem[0].reason
+
+
+def test_a_kernel_that_hangs_is_killed_after_the_budget(tmp_path, monkeypatch):
+    """The last resort behind the budget: the sandbox kills a kernel that outlives it."""
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_core.utils import run_sync
+
+    from graders import sandbox
+
+    monkeypatch.setattr(sandbox, "KILL_GRACE_S", 0)
+    sandbox.write_kernelspec(tmp_path / "jupyter")
+    (tmp_path / "runtime").mkdir()
+    events = tmp_path / "runtime" / "events.jsonl"
+    settings = {"runtime": str(tmp_path / "runtime"), "budget_s": 2, "events": str(events)}
+    km = sandbox.SandboxKernelManager(
+        kernel_name="python3",
+        kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(tmp_path / "jupyter" / "kernels")]),
+        sandbox=settings,
+    )
+    run_sync(km.start_kernel)(cwd=str(tmp_path))
+    try:
+        assert run_sync(km.is_alive)()
+        time.sleep(4)
+        assert not run_sync(km.is_alive)()
+        assert json.loads(events.read_text())["workdir"] == str(tmp_path)
+    finally:
+        run_sync(km.shutdown_kernel)(now=True)

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -216,19 +217,15 @@ def complete_notebook(lab: str):
 def execute_outside(nb, workdir: Path, scratch: Path) -> None:
     """Run `nb` in `workdir` in the grading sandbox (the repository hidden), like nbgrader."""
     from jupyter_client.kernelspec import KernelSpecManager
-    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
 
     scratch.mkdir(parents=True)
-    env = grade.sandbox_env(REPO, scratch, workdir)
-    runtime = Path(env["JUPYTER_RUNTIME_DIR"])
+    env = grade.sandbox_env(REPO, scratch)
     specs = KernelSpecManager(kernel_dirs=[str(Path(env["JUPYTER_PATH"]) / "kernels")])
-    km = KernelManager(
+    km = sandbox.SandboxKernelManager(
         kernel_name="python3",
         kernel_spec_manager=specs,
-        transport="ipc",
-        ip=str(runtime / "kernel"),
-        connection_file=str(runtime / "kernel.json"),
+        sandbox=json.loads(env.pop(sandbox.SETTINGS_ENV)),
     )
     # A student's machine: no course variables. The labs' short-training switch is on (a full
     # run of every lab takes over 6 minutes here); what is tested is what the notebook needs.
