@@ -4,6 +4,10 @@ The text sources are jupytext percent files whose cell headers carry a short for
 nbgrader metadata, for example ``# %% nbgrader={"solution": true, "grade_id": "f_xyz"}``.
 `source_notebook` expands it to nbgrader's full schema and gives every cell a stable id, so
 that building twice gives byte-identical notebooks (tests/test_build.py relies on it).
+
+`python -m graders.build` (``make build``) then runs each solution notebook once and keeps
+the observations the grader's independent check compares students with (build/reference/,
+graders/judge.py), so that grading a class only reads them.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jupytext
@@ -132,9 +137,20 @@ def build(root: Path = REPO, labs: list[str] | None = None, release: Path | None
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("labs", nargs="*", help="labs to build (default: all)")
+    parser.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="skip running the solution notebooks for the grader's reference observations",
+    )
     args = parser.parse_args(argv)
     release = build(labs=args.labs or None)
     print(f"built {len(args.labs or LABS)} lab(s) into {release.relative_to(REPO)}/")
+    if not args.no_reference:
+        from graders.grade import prepare_references
+
+        start = time.monotonic()
+        prepare_references(REPO, args.labs or LABS)
+        print(f"reference observations in build/reference/ ({time.monotonic() - start:.0f} s)")
     return 0
 
 

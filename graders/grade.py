@@ -20,15 +20,18 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +40,7 @@ import nbformat
 from graders import judge, sandbox
 from graders.build import nbgrader
 from graders.course import LABS, REPO
+from graders.worker import Worker
 
 NOTEBOOK_BUDGET_S = 600  # a whole notebook, on top of nbgrader's per-cell timeout
 
@@ -162,6 +166,7 @@ def sandbox_env(root: Path, scratch: Path, budget_s: float = NOTEBOOK_BUDGET_S) 
         "runtime": str(runtime),
         "hide": [tempfile.gettempdir(), str(REPO), str(root), str(scratch.parent)],
         "readonly": readonly,
+        "threads": sandbox.KERNEL_THREADS,
         "budget_s": budget_s,
         "events": str(runtime / "events.jsonl"),
     }
@@ -173,85 +178,38 @@ def sandbox_env(root: Path, scratch: Path, budget_s: float = NOTEBOOK_BUDGET_S) 
     }
 
 
-@dataclass
-class Chunk:
-    """Submissions of one lab that one nbgrader run grades, one after the other."""
-
-    lab: str
-    submissions: list[Submission]
-
-
-def chunks(submissions: list[Submission], workers: int, most: int = 8) -> list[Chunk]:
-    """Split each lab's submissions into chunks: at least one per worker, at most `most`
-    submissions each (one nbgrader start per chunk instead of one per submission); the
-    biggest chunks come first so the workers finish together."""
-    by_lab: dict[str, list[Submission]] = {}
-    for sub in submissions:
-        by_lab.setdefault(sub.lab, []).append(sub)
-    found = []
-    for lab, subs in by_lab.items():
-        n = min(len(subs), max(workers, -(-len(subs) // most)))
-        found += [Chunk(lab, subs[i::n]) for i in range(n)]
-    return sorted(found, key=lambda c: -len(c.submissions))
-
-
-def grade_chunk(
-    chunk: Chunk,
+def grade_one(
+    worker: Worker,
+    sub: Submission,
     root: Path,
     scratch: Path,
     cell_timeout: int | None = None,
     budget_s: float = NOTEBOOK_BUDGET_S,
-) -> list[Outcome]:
-    """Autograde a chunk in a course of its own under `scratch` (one nbgrader run); a
-    submission that nbgrader could not finish there is graded again alone, for its reason."""
+) -> Outcome:
+    """Autograde one submission in a course of its own under `scratch`, on `worker`."""
     scratch.mkdir(parents=True)
     shutil.copy2(root / "gradebook.db", scratch / "gradebook.db")
-    lab = chunk.lab
-    release = nbformat.read(root / "labs" / lab / f"{lab}.ipynb", as_version=4)
-    for sub in chunk.submissions:
-        handed_in = scratch / "submitted" / sub.student / lab / f"{lab}.ipynb"
-        shutil.copytree(sub.folder, handed_in.parent)
-        nbformat.write(restore_metadata(nbformat.read(handed_in, as_version=4), release), handed_in)
+    release = nbformat.read(root / "labs" / sub.lab / f"{sub.lab}.ipynb", as_version=4)
+    handed_in = scratch / "submitted" / sub.student / sub.lab / f"{sub.lab}.ipynb"
+    shutil.copytree(sub.folder, handed_in.parent)
+    nbformat.write(restore_metadata(nbformat.read(handed_in, as_version=4), release), handed_in)
     env = sandbox_env(root, scratch, budget_s)
+    job = {"root": str(scratch), "lab": sub.lab, "student": sub.student, "env": env}
     try:
-        result = nbgrader(
-            "autograde",
-            lab,
-            "--force",
-            *([f"--Execute.timeout={cell_timeout}"] if cell_timeout else []),
-            root=scratch,
-            timeout=(budget_s + sandbox.KILL_GRACE_S + 30) * len(chunk.submissions),
-            env=env,
+        ok, log = worker.autograde(
+            job | {"cell_timeout": cell_timeout},
+            timeout=budget_s + sandbox.KILL_GRACE_S + 60,  # the sandbox's watchdog acts first
         )
-        log = result.stdout + result.stderr
     except subprocess.TimeoutExpired:
-        log = None
+        ok, log = False, None
+    graded = scratch / "autograded" / sub.student / sub.lab / f"{sub.lab}.ipynb"
+    if ok and graded.is_file():
+        return Outcome(sub, scratch)
     events = Path(json.loads(env[sandbox.SETTINGS_ENV])["events"])
-    over_budget = (
-        {json.loads(line)["workdir"] for line in events.read_text().splitlines()}
-        if events.is_file()
-        else set()
-    )
-    outcomes = []
-    for sub in chunk.submissions:
-        workdir = scratch / "autograded" / sub.student / lab
-        if (workdir / f"{lab}.ipynb").is_file() and log is not None:
-            outcomes.append(Outcome(sub, scratch))
-        elif str(workdir.resolve()) in over_budget or log is None:
-            outcomes.append(
-                Outcome(
-                    sub,
-                    scratch,
-                    f"stopped after the whole-notebook budget of {budget_s:g} s; recorded as 0",
-                )
-            )
-        elif len(chunk.submissions) > 1:
-            again = Chunk(lab, [sub])
-            alone = scratch.with_name(f"{scratch.name}-{len(outcomes)}")
-            outcomes += grade_chunk(again, root, alone, cell_timeout, budget_s)
-        else:
-            outcomes.append(Outcome(sub, scratch, failure_reason(log)))
-    return outcomes
+    if log is None or events.is_file():
+        reason = f"stopped after the whole-notebook budget of {budget_s:g} s; recorded as 0"
+        return Outcome(sub, scratch, reason)
+    return Outcome(sub, scratch, failure_reason(log))
 
 
 def failure_reason(log: str) -> str:
@@ -337,6 +295,20 @@ def _merge_grades(sub: Submission, scratch_db: Path, course_db: Path, overruled:
         dst.db.commit()
 
 
+def reference(root: Path, lab: str, solution: Path) -> dict[str, list[dict]]:
+    """The observations of the lab's solution notebook, from build/reference/ when they were
+    made from this very notebook (`make build` makes them), else computed now and kept."""
+    return judge.cached_reference(solution, root / "build" / "reference" / f"{lab}.json")
+
+
+def prepare_references(root: Path, labs: list[str], workers: int | None = None) -> None:
+    """Run each lab's solution notebook once and keep its observations in build/reference/
+    (`make build` does this, so that grading a class only reads them)."""
+    os.environ.update(prepare_data(labs))
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        list(pool.map(lambda lab: reference(root, lab, solution_notebook(root, lab)), labs))
+
+
 def solution_notebook(root: Path, lab: str) -> Path:
     path = root / "build" / "source" / lab / f"{lab}.ipynb"
     if not path.is_file():
@@ -416,39 +388,62 @@ def grade_class(
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     say(f"grading {len(submissions)} submission(s) on {workers} worker(s)")
     start = time.monotonic()
+    labs_graded = sorted({sub.lab for sub in submissions})
+    solutions = {lab: solution_notebook(root, lab) for lab in labs_graded}
+    references = {lab: Future() for lab in labs_graded}
+    todo: list = [*labs_graded, *submissions]  # the reference runs come first
+    lock, results, numbers = threading.Lock(), queue.Queue(), itertools.count()
+
+    def work(tmp: Path) -> None:
+        """A worker thread and its grading process: take the next job until none is left."""
+        worker = Worker(tmp / f"worker-{threading.get_ident()}.log")
+        try:
+            while True:
+                with lock:
+                    job = todo.pop(0) if todo else None
+                    scratch = tmp / f"{next(numbers):05d}"
+                if job is None:
+                    return
+                if isinstance(job, str):
+                    references[job].set_result(reference(root, job, solutions[job]))
+                else:
+                    results.put(grade_one(worker, job, root, scratch, cell_timeout, budget_s))
+        except BaseException as error:  # a bug of ours: stop the class run, and say it
+            with lock:
+                todo.clear()
+            for future in references.values():
+                if not future.done():
+                    future.set_exception(error)
+            results.put(error)
+        finally:
+            worker.close()
+
     with (
         tempfile.TemporaryDirectory(prefix="grading-") as tmp,
         ThreadPoolExecutor(max_workers=workers) as pool,
     ):
-        # the reference solution's observations (one run per lab, trusted code) come first
-        references = {
-            lab: pool.submit(judge.reference_observations, solution_notebook(root, lab))
-            for lab in sorted({sub.lab for sub in submissions})
-        }
-        futures = [
-            pool.submit(grade_chunk, chunk, root, Path(tmp) / f"{i:04d}", cell_timeout, budget_s)
-            for i, chunk in enumerate(chunks(submissions, workers))
-        ]
+        for _ in range(workers):
+            pool.submit(work, Path(tmp))
         done, graded = 0, []
-        for future in as_completed(futures):
-            outcomes = future.result()
-            for outcome in outcomes:
-                sub = outcome.submission
-                if outcome.error:
-                    report.problems.append(Problem(_rel(sub.folder, root), outcome.error))
-                    record_failure(sub, root)
-                else:
-                    limit = merge(outcome, root, references[sub.lab].result())
-                    graded.append(sub)
-                    if limit:
-                        report.problems.append(Problem(_rel(sub.folder, root), limit))
-                done += 1
-                elapsed = time.monotonic() - start
-                eta = elapsed / done * (len(submissions) - done)
-                where = f"{sub.student}/{sub.lab}"
-                say(f"  [{done}/{len(submissions)}] {where}  {elapsed:.0f}s, ETA {eta:.0f}s")
-            for scratch in {outcome.scratch for outcome in outcomes}:
-                shutil.rmtree(scratch, ignore_errors=True)
+        while done < len(submissions):
+            outcome = results.get()
+            if isinstance(outcome, BaseException):
+                raise outcome
+            sub = outcome.submission
+            if outcome.error:
+                report.problems.append(Problem(_rel(sub.folder, root), outcome.error))
+                record_failure(sub, root)
+            else:
+                limit = merge(outcome, root, references[sub.lab].result())
+                graded.append(sub)
+                if limit:
+                    report.problems.append(Problem(_rel(sub.folder, root), limit))
+            shutil.rmtree(outcome.scratch, ignore_errors=True)
+            done += 1
+            elapsed = time.monotonic() - start
+            eta = elapsed / done * (len(submissions) - done)
+            where = f"{sub.student}/{sub.lab}"
+            say(f"  [{done}/{len(submissions)}] {where}  {elapsed:.0f}s, ETA {eta:.0f}s")
     if feedback:
         for lab in sorted({sub.lab for sub in submissions}):
             nbgrader("generate_feedback", lab, "--force", root=root)

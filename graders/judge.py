@@ -19,6 +19,7 @@ a record only helps by writing the right values, which is solving the exercise.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -96,8 +97,11 @@ def verdicts(reference: dict[str, list[dict]], student_nb) -> dict[str, str]:
     return failed
 
 
-def reference_observations(solution: Path, timeout: int = 600) -> dict[str, list[dict]]:
-    """Run the instructor's solution notebook (trusted code only) and collect its records."""
+def reference_observations(
+    solution: Path, timeout: int = 600, threads: int | None = None
+) -> dict[str, list[dict]]:
+    """Run the instructor's solution notebook (trusted code only) and collect its records
+    (with the students' number of torch threads, so that both compute alike)."""
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
     from nbclient import NotebookClient
@@ -115,11 +119,36 @@ def reference_observations(solution: Path, timeout: int = 600) -> dict[str, list
         from graders.sandbox import KERNEL_SIDE
 
         env = dict(os.environ, NBGRADER_EXECUTION="autograde", PYTHONPATH=str(KERNEL_SIDE))
+        if threads:
+            env["OMP_NUM_THREADS"] = str(threads)
         try:
             client.execute(env=env)
         finally:  # the client does not stop a kernel it was handed
             run_sync(km.shutdown_kernel)(now=True)
     return records(nb)
+
+
+def cached_reference(solution: Path, cache: Path) -> dict[str, list[dict]]:
+    """`reference_observations` of `solution`, kept in `cache` and reused while the notebook,
+    torch and the kernels' thread count are the same (once per release, not per grading)."""
+    from importlib.metadata import version
+
+    from graders.sandbox import KERNEL_THREADS
+
+    made_of = f"torch {version('torch')}, {KERNEL_THREADS} thread(s), ".encode()
+    key = hashlib.sha256(made_of + solution.read_bytes()).hexdigest()
+    try:
+        saved = json.loads(cache.read_text())
+        if saved["key"] == key:
+            return saved["observations"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # missing, stale or damaged: make it again
+    observed = reference_observations(solution, threads=KERNEL_THREADS)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    partial = cache.with_suffix(".tmp")
+    partial.write_text(json.dumps({"key": key, "observations": observed}))
+    partial.replace(cache)
+    return observed
 
 
 def mark_failures(nb, failed: dict[str, str]) -> None:

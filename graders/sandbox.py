@@ -41,6 +41,9 @@ KERNEL_SIDE = Path(__file__).resolve().parent / "kernel"  # grader_observe, for 
 MEMORY_CAP_BYTES = 8 * 2**30  # address space; torch with dynamo maps about 4 GiB
 FILE_CAP_BYTES = 64 * 2**20  # the largest file a notebook may write
 KILL_GRACE_S = 60  # a kernel still running this long after its notebook's budget is killed
+# torch threads of a graded kernel (and of the reference run, so both compute alike): the
+# kernels run side by side, one per core, and more threads than cores make torch crawl
+KERNEL_THREADS = 1
 SETTINGS_ENV = "COURSE_SANDBOX"  # JSON settings from the grader to SandboxKernelManager
 
 
@@ -60,7 +63,12 @@ def available() -> str | None:
 
 
 def kernel_argv(
-    command: list[str], workdir: Path, private: Path, hide: list[Path], readonly: list[Path]
+    command: list[str],
+    workdir: Path,
+    private: Path,
+    hide: list[Path],
+    readonly: list[Path],
+    threads: int | None = None,
 ) -> list[str]:
     """`command` (the kernel's) run in the sandbox; `workdir` and `private` are writable."""
     argv = [
@@ -91,6 +99,8 @@ def kernel_argv(
     for path in hide:  # the folders made to hold the binds above stay read-only too
         argv += ["--remount-ro", str(path)]
     argv += ["--setenv", "PYTHONPATH", str(KERNEL_SIDE), "--chdir", str(workdir)]
+    if threads:
+        argv += ["--setenv", "OMP_NUM_THREADS", str(threads)]
     # Scratch space of this kernel only. (torch, once imported by the grader itself, exports
     # TORCHINDUCTOR_CACHE_DIR under /tmp, which the kernel would inherit and cannot write.)
     scratch = {"TMPDIR": "tmp", "IPYTHONDIR": "ipython", "MPLCONFIGDIR": "matplotlib",
@@ -112,7 +122,7 @@ class SandboxKernelManager(AsyncKernelManager):
     the kill is written to the events file so the grader can say why.
     """
 
-    sandbox = Dict(help="runtime, hide, readonly, budget_s, events (see graders.grade)")
+    sandbox = Dict(help="runtime, hide, readonly, threads, budget_s, events (graders.grade)")
 
     @default("sandbox")
     def _sandbox_default(self):
@@ -132,6 +142,7 @@ class SandboxKernelManager(AsyncKernelManager):
             private,
             hide=[Path(p) for p in self.sandbox.get("hide", [])],
             readonly=[Path(p) for p in self.sandbox.get("readonly", [])],
+            threads=self.sandbox.get("threads"),
         )
         return argv, kw
 
