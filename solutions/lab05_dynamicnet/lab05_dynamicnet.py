@@ -41,6 +41,7 @@ import time
 
 import torch.nn.functional as F
 from livelossplot import PlotLosses
+from livelossplot.outputs import MatplotlibPlot
 from torch import nn
 from tqdm.auto import tqdm
 
@@ -507,7 +508,10 @@ def fit(model, epochs=EPOCHS, seed=SEED, title=None):
     torch.manual_seed(seed)
     rng, order = random.Random(seed), torch.Generator().manual_seed(seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    plot = PlotLosses(groups={"loss": ["loss", "val_loss"], "accuracy": ["acc", "val_acc"]})
+    plot = PlotLosses(
+        groups={"loss": ["loss", "val_loss"], "accuracy": ["acc", "val_acc"]},
+        outputs=[MatplotlibPlot(cell_size=(5, 3))],  # two plots side by side, 5 x 3 inches
+    )
     for epoch in range(epochs):
         model.train()
         total, correct, seen = 0.0, 0, 0

@@ -48,7 +48,7 @@ GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))
 
 
 def live_plot(groups):
-    """A live plot of the named curves (livelossplot), 5 x 4 inches each; None while grading."""
+    """A live plot of the named curves (livelossplot), 5 x 2 inches each; None while grading."""
     if GRADING:
         return None
     return PlotLosses(groups=groups, step_names="step", outputs=[MatplotlibPlot(cell_size=(5, 2))])

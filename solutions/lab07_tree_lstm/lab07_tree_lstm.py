@@ -42,6 +42,7 @@ import time
 
 import matplotlib.pyplot as plt
 from livelossplot import PlotLosses
+from livelossplot.outputs import MatplotlibPlot
 from torch import nn
 from torch.nn import functional as F
 from tqdm.auto import tqdm
@@ -913,9 +914,13 @@ class SeqLSTM(nn.Module):
 def train(logits_fn, params, seconds, batch=128, lr=3e-3, name="model"):
     """Adam for `seconds` of wall time, with a progress bar and a live loss plot."""
     opt = torch.optim.Adam(params, lr=lr)
-    live = None if GRADING else PlotLosses()
-    bar = tqdm(total=seconds, desc=f"training {name}", unit="s", disable=GRADING)
+    live = None if GRADING else PlotLosses(outputs=[MatplotlibPlot(cell_size=(6, 3))])
     losses, start = [], time.perf_counter()
+
+    def bar_from(now):  # a redraw of the plot clears the cell, so a new bar follows each
+        return tqdm(total=seconds, initial=now, desc=f"training {name}", unit="s", disable=GRADING)
+
+    bar = bar_from(0)
     while (elapsed := time.perf_counter() - start) < seconds:
         for group in opt.param_groups:
             group["lr"] = lr * (1 - 0.95 * elapsed / seconds)
@@ -926,11 +931,13 @@ def train(logits_fn, params, seconds, batch=128, lr=3e-3, name="model"):
         opt.step()
         losses.append(loss.item())
         if len(losses) % 100 == 0:
-            bar.update(round(min(elapsed, seconds) - bar.n, 1))
-            bar.set_postfix(loss=f"{sum(losses[-100:]) / 100:.3f}")
             if live is not None:
+                bar.close()
                 live.update({"loss": sum(losses[-100:]) / 100})
                 live.send()
+                bar = bar_from(round(bar.n, 1))
+            bar.update(round(min(elapsed, seconds) - bar.n, 1))
+            bar.set_postfix(loss=f"{sum(losses[-100:]) / 100:.3f}")
     bar.close()
     return losses
 
