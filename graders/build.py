@@ -93,16 +93,22 @@ def write_sources(root: Path, labs: list[str]) -> None:
         nbformat.write(source_notebook(lab), out)
 
 
-def nbgrader(
-    *args: str, root: Path = REPO, timeout: float | None = None, env: dict | None = None
-) -> subprocess.CompletedProcess:
-    """Run the nbgrader CLI on the course in `root`, configured by REPO/nbgrader_config.py."""
+def nbgrader_env(env: dict | None = None) -> dict[str, str]:
+    """The environment of a process that runs nbgrader on this course (cwd: REPO)."""
     env = dict(os.environ, **(env or {}))
     # hidden tests import grader_observe, wherever the kernel runs (graders/judge.py)
     paths = [str(REPO / "graders" / "kernel"), env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     # nbgrader calls the `alembic` script of its own environment by name.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def nbgrader(
+    *args: str, root: Path = REPO, timeout: float | None = None, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """Run the nbgrader CLI on the course in `root`, configured by REPO/nbgrader_config.py."""
+    env = nbgrader_env(env)
     cmd = [sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={root}"]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 

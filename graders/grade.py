@@ -4,9 +4,9 @@ nbgrader does the grading. Around it, this module:
 
 1. checks every submission folder first and reports, by path, what cannot be graded (a lab
    that does not exist, a missing or unreadable notebook) instead of stopping the class;
-2. grades a lab's submissions in chunks, one nbgrader run per chunk, each in its own scratch
-   copy of the course (a copy of the gradebook and of those submissions, their nbgrader
-   metadata restored from the release), on N workers; the submitted files are never
+2. grades each submission in its own scratch copy of the course (a copy of the gradebook and
+   of that one submission, its nbgrader metadata restored from the release), on N workers,
+   each a long-lived nbgrader process (graders/worker.py); the submitted files are never
    touched and workers never share a database. Every notebook's kernel runs in a sandbox
    of its own (graders/sandbox.py), with a whole-notebook budget;
 3. merges each scratch result into the one gradebook, one at a time, keeping a test cell's

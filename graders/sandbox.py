@@ -117,8 +117,8 @@ class SandboxKernelManager(AsyncKernelManager):
     The kernel's working folder (the notebook's folder, which nbgrader passes as ``cwd``) is
     the one place it may write, beside a private folder made fresh for this kernel that
     holds its connection file, its Unix sockets and its TMPDIR. A kernel therefore cannot
-    leave anything behind for the next student's kernel, even when one nbgrader run grades
-    several students. A kernel still running after the whole-notebook budget is killed, and
+    leave anything behind for the next student's kernel, even when one grading process
+    grades several students. A kernel still running after the whole-notebook budget is killed, and
     the kill is written to the events file so the grader can say why.
     """
 

@@ -23,6 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from graders.build import nbgrader_env
 from graders.course import REPO
 
 
@@ -57,17 +58,11 @@ class Worker:
         self.process: subprocess.Popen | None = None
 
     def _start(self) -> subprocess.Popen:
-        env = dict(os.environ)
-        # the repository for graders.*; graders/kernel for grader_observe (hidden tests)
-        paths = [str(REPO), str(REPO / "graders" / "kernel"), env.get("PYTHONPATH", "")]
-        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-        # nbgrader calls the `alembic` script of its own environment by name
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         with open(self.log, "a") as log:
             return subprocess.Popen(
                 [sys.executable, "-m", "graders.worker"],
-                cwd=REPO,
-                env=env,
+                cwd=REPO,  # `-m` puts it on sys.path: graders.* import
+                env=nbgrader_env(),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
