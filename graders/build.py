@@ -13,6 +13,7 @@ graders/judge.py), so that grading a class only reads them.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -23,19 +24,33 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from graders.course import LABS, REPO, lab_source
+from graders.course import LABS, REPO, SOLUTIONS, lab_source
 
 NBGRADER_SCHEMA = 3
+SHORT_KEYS = {"grade_id", "solution", "grade", "points", "locked", "task"}
+
+
+class SourceError(ValueError):
+    """A text source in solutions/ that cannot be built; the message names the file."""
 
 
 def full_nbgrader_metadata(short: dict, where: str) -> dict:
     """Expand the short inline form into the metadata nbgrader expects."""
+    unknown = sorted(set(short) - SHORT_KEYS)
+    if unknown:  # a misspelt "solution" would release the cell as it is
+        raise SourceError(
+            f"{where}: unknown nbgrader key(s) {', '.join(map(repr, unknown))};"
+            f" known: {', '.join(sorted(SHORT_KEYS))}"
+        )
     if "grade_id" not in short:
-        raise ValueError(f"{where}: an nbgrader cell needs a grade_id")
+        raise SourceError(f"{where}: an nbgrader cell needs a grade_id")
     solution = bool(short.get("solution", False))
     grade = bool(short.get("grade", False))
     if grade and "points" not in short:
-        raise ValueError(f"{where}: graded cell {short['grade_id']!r} needs points")
+        raise SourceError(f"{where}: graded cell {short['grade_id']!r} needs points")
+    points = short.get("points", 0)
+    if grade and (isinstance(points, bool) or not isinstance(points, int | float) or points <= 0):
+        raise SourceError(f"{where}: points of {short['grade_id']!r} should be a positive number")
     meta = {
         "grade": grade,
         "grade_id": short["grade_id"],
@@ -49,38 +64,65 @@ def full_nbgrader_metadata(short: dict, where: str) -> dict:
     return meta
 
 
-def source_notebook(lab: str) -> nbformat.NotebookNode:
-    """Read solutions/<lab>/<lab>.py into an nbgrader source notebook.
+def header_lines(text: str, fragment: str) -> list[int]:
+    """The line numbers of the cell headers (``# %% ...``) that contain `fragment`."""
+    lines = enumerate(text.splitlines(), 1)
+    return [number for number, line in lines if line.startswith("# %%") and fragment in line]
+
+
+def where(path: Path, text: str, fragment: str, index: int) -> str:
+    """'path, line N' of the cell header that contains `fragment`, else 'path, cell index'."""
+    found = header_lines(text, fragment)
+    return f"{path}, line {found[0]}" if found else f"{path}, cell {index}"
+
+
+def source_notebook(lab: str, path: Path | None = None) -> nbformat.NotebookNode:
+    """Read solutions/<lab>/<lab>.py (or `path`) into an nbgrader source notebook.
 
     The line ``# %course-setup`` in the setup cell (grade_id "setup") becomes the course's
     shared setup code, solutions/common/setup_cell.py; the lab's own lines follow it.
+    Raises SourceError, naming the file and line, for what would build a wrong notebook.
     """
-    path = lab_source(lab)
-    shared_setup = (path.parent.parent / "common" / "setup_cell.py").read_text().strip("\n")
-    nb = jupytext.read(path)
+    path = path or lab_source(lab)
+    if not path.is_file():
+        raise SourceError(f"no such lab: {lab} ({path} does not exist; labs: {', '.join(LABS)})")
+    shared_setup = (SOLUTIONS / "common" / "setup_cell.py").read_text().strip("\n")
+    text = path.read_text(encoding="utf-8")
+    nb = jupytext.reads(text, fmt="py:percent")
     nb.metadata.pop("jupytext", None)
     nb.metadata["language_info"] = {"name": "python"}
     seen = set()
     for index, cell in enumerate(nb.cells):
+        bad = cell.metadata.get("incorrectly_encoded_metadata")
+        if bad is not None:  # jupytext keeps a header it cannot parse as text, silently
+            raise SourceError(
+                f"{where(path, text, bad, index)}: cannot read the cell header's metadata {bad!r}"
+                ' (it should be valid JSON, like nbgrader={"grade_id": "...", ...})'
+            )
         short = cell.metadata.get("nbgrader")
+        if short is not None and not isinstance(short, dict):
+            at = where(path, text, f"nbgrader={json.dumps(short)}", index)
+            raise SourceError(f"{at}: nbgrader={json.dumps(short)} should be a JSON object {{...}}")
         if short is not None and short.get("grade_id") == "setup":
             # jupytext reads the line `# %course-setup` as the magic `%course-setup`
             lines = cell.source.splitlines()
             marks = ("%course-setup", "# %course-setup")
             at = [i for i, line in enumerate(lines) if line.strip() in marks]
             if len(at) > 1:
-                raise ValueError(f"{path}: '# %course-setup' appears more than once")
+                raise SourceError(f"{path}: '# %course-setup' appears more than once")
             if at:  # (tests/test_student_experience.py checks that every lab has it)
                 after = ["", ""] if any(line.strip() for line in lines[at[0] + 1 :]) else []
                 lines[at[0] : at[0] + 1] = shared_setup.splitlines() + after
                 cell.source = "\n".join(lines)
         if short is not None:
-            cell.metadata["nbgrader"] = full_nbgrader_metadata(short, f"{path}, cell {index}")
+            at = where(path, text, f'"{short.get("grade_id")}"', index)
+            cell.metadata["nbgrader"] = full_nbgrader_metadata(short, at)
             cell_id = short["grade_id"]
         else:
             cell_id = f"cell-{index:03d}"
         if cell_id in seen:
-            raise ValueError(f"{path}: grade_id {cell_id!r} is used twice")
+            lines = ", ".join(map(str, header_lines(text, f'"{cell_id}"'))) or "?"
+            raise SourceError(f"{path}, lines {lines}: grade_id {cell_id!r} is used twice")
         seen.add(cell_id)
         cell["id"] = cell_id
     return nb
@@ -149,7 +191,11 @@ def main(argv: list[str] | None = None) -> int:
         help="skip running the solution notebooks for the grader's reference observations",
     )
     args = parser.parse_args(argv)
-    release = build(labs=args.labs or None)
+    try:
+        release = build(labs=args.labs or None)
+    except SourceError as error:
+        print(f"make build: {error}", file=sys.stderr)
+        return 2
     print(f"built {len(args.labs or LABS)} lab(s) into {release.relative_to(REPO)}/")
     if not args.no_reference:
         from graders.grade import prepare_references

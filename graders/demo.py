@@ -21,7 +21,7 @@ from pathlib import Path
 
 import nbformat
 
-from graders.build import build, source_notebook
+from graders.build import SourceError, build, source_notebook
 from graders.course import LABS, REPO, SOLUTIONS
 
 CRASH_LINE = "pirnt('starting exercise')  # a typo: NameError before anything else runs\n"
@@ -41,13 +41,20 @@ class Student:
 
 def declared_class(lab: str) -> list[Student]:
     path = SOLUTIONS / lab / "demo.toml"
-    with open(path, "rb") as fh:
-        table = tomllib.load(fh)
+    try:
+        with open(path, "rb") as fh:
+            table = tomllib.load(fh)
+    except FileNotFoundError:
+        raise SourceError(f"{path} is missing: every lab declares its demo class") from None
+    except tomllib.TOMLDecodeError as error:
+        raise SourceError(f"{path} is not valid TOML: {error}") from None
     students = []
     for name, spec in table.items():
+        if not isinstance(spec, dict):
+            raise SourceError(f"{path}: {name!r} should be a table [{name}] of one student")
         unknown = set(spec) - {"score", "why", "fill", "crash", "cells"}
         if unknown or "score" not in spec:
-            raise ValueError(
+            raise SourceError(
                 f"{path}: student {name!r} needs a score, and knows no {sorted(unknown)}"
             )
         students.append(Student(name=name, lab=lab, **spec))
@@ -79,7 +86,7 @@ def student_notebook(student: Student, release_nb, solution_nb):
     ids = answer_ids(nb)
     unknown = (set(student.cells) | set(student.fill or [])) - set(ids)
     if unknown:
-        raise ValueError(
+        raise SourceError(
             f"{student.lab}/demo.toml, student {student.name!r}: no answer cell {sorted(unknown)}"
         )
     fill = ids if student.fill is None else student.fill
@@ -172,6 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     chk.add_argument("labs", nargs="*")
     chk.add_argument("--workers", type=int, default=None)
     args = parser.parse_args(argv)
+    try:
+        return command(args)
+    except SourceError as error:
+        print(f"demo: {error}", file=sys.stderr)
+        return 2
+
+
+def command(args: argparse.Namespace) -> int:
     if args.command == "run":
         return run(args.workers)
     if args.command == "write":

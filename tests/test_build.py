@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from graders.build import full_nbgrader_metadata
+from graders.build import SourceError, full_nbgrader_metadata, main, source_notebook
 from graders.course import LABS, REPO
 from graders.sandbox import KERNEL_SIDE
 
@@ -101,8 +101,69 @@ def test_short_metadata_is_expanded():
 
 @pytest.mark.parametrize(
     "short, complaint",
-    [({"solution": True}, "needs a grade_id"), ({"grade": True, "grade_id": "t"}, "needs points")],
+    [
+        ({"solution": True}, "needs a grade_id"),
+        ({"grade": True, "grade_id": "t"}, "needs points"),
+        ({"grade": True, "grade_id": "t", "points": 0}, "positive number"),
+        ({"solutoin": True, "grade_id": "a"}, "unknown nbgrader key.*'solutoin'"),
+    ],
 )
 def test_bad_metadata_is_reported(short, complaint):
-    with pytest.raises(ValueError, match=complaint):
+    with pytest.raises(SourceError, match=complaint):
         full_nbgrader_metadata(short, "lab.py, cell 3")
+
+
+GOOD_CELLS = """# %%
+import torch
+
+# %% nbgrader={"solution": true, "grade_id": "answer"}
+x = 1
+"""
+
+
+@pytest.mark.parametrize(
+    "header, complaint",
+    [
+        # a missing brace: jupytext would keep the cell, quietly without its metadata
+        ('# %% nbgrader={"grade": true, "grade_id": "check", "points": 1', "line 7: cannot read"),
+        ('# %% nbgrader={"grade": true, "grade_id": "answer", "points": 1}', "lines 4, 7:.*twice"),
+        ('# %% nbgrader={"grade": true, "grade_id": "check"}', "line 7:.*needs points"),
+        ("# %% nbgrader=3", "line 7:.*JSON object"),
+    ],
+)
+def test_a_broken_source_names_file_and_line(tmp_path, header, complaint):
+    source = tmp_path / "lab99.py"
+    source.write_text(GOOD_CELLS + "\n" + header + "\nassert x == 1\n")
+    with pytest.raises(SourceError, match=complaint) as error:
+        source_notebook("lab99", path=source)
+    assert str(source) in str(error.value)
+    good = tmp_path / "good.py"
+    good.write_text(GOOD_CELLS)
+    assert [c.id for c in source_notebook("good", path=good).cells] == ["cell-000", "answer"]
+
+
+def test_make_build_reports_a_bad_lab_in_one_line(capsys):
+    assert main(["lab99", "--no-reference"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("make build: no such lab: lab99") and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "toml, complaint",
+    [
+        ("[complete]\nscore = ", "not valid TOML"),
+        ("complete = 3\n", "should be a table"),
+        ("[complete]\nscore = 3\nfil = ['a']\n", "knows no \\['fil'\\]"),
+        (None, "is missing"),
+    ],
+)
+def test_a_broken_demo_class_is_named(tmp_path, monkeypatch, toml, complaint):
+    from graders import demo
+
+    (tmp_path / "lab99").mkdir()
+    if toml is not None:
+        (tmp_path / "lab99" / "demo.toml").write_text(toml)
+    monkeypatch.setattr(demo, "SOLUTIONS", tmp_path)
+    with pytest.raises(SourceError, match=complaint) as error:
+        demo.declared_class("lab99")
+    assert str(tmp_path / "lab99" / "demo.toml") in str(error.value)
