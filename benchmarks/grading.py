@@ -23,12 +23,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from graders.build import build, nbgrader  # noqa: E402
 from graders.course import LABS  # noqa: E402
 from graders.demo import write_class  # noqa: E402
-from graders.grade import grade_class, prepare_data, prepare_references, read_scores  # noqa: E402
+from graders.grade import (  # noqa: E402
+    grade_class,
+    prepare_data,
+    prepare_references,
+    read_scores,
+    worker_count,
+)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=worker_count, default=2)
     parser.add_argument("--lab", action="append", dest="labs")
     args = parser.parse_args()
     labs = args.labs or LABS

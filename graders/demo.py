@@ -168,16 +168,18 @@ def run(workers: int | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from graders.grade import worker_count
+
     parser = argparse.ArgumentParser(description="The demo class.")
     sub = parser.add_subparsers(dest="command", required=True)
     runp = sub.add_parser(
         "run", help="write and grade the demo class in the course, print the table"
     )
-    runp.add_argument("--workers", type=int, default=None)
+    runp.add_argument("--workers", type=worker_count, default=None)
     sub.add_parser("write", help="write submitted/ for every lab of the course")
     chk = sub.add_parser("check", help="grade the demo class of some labs in a scratch course")
     chk.add_argument("labs", nargs="*")
-    chk.add_argument("--workers", type=int, default=None)
+    chk.add_argument("--workers", type=worker_count, default=None)
     args = parser.parse_args(argv)
     try:
         return command(args)

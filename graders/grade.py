@@ -478,10 +478,21 @@ def table(report: Report, labs: list[str]) -> str:
     return "\n".join(lines)
 
 
+def worker_count(text: str) -> int:
+    """argparse type of --workers: a whole number >= 1."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of workers (1, 2, ...)")
+    return count
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Autograde every submission under submitted/.")
     parser.add_argument(
-        "--workers", type=int, default=None, help="parallel workers (default: cores)"
+        "--workers", type=worker_count, default=None, help="parallel workers (default: cores)"
     )
     parser.add_argument(
         "--lab", action="append", dest="labs", help="grade only this lab (repeatable)"
@@ -502,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     print("grades:   grades.csv")
     print("feedback: feedback/<student>/<lab>/<lab>.html")
     if report.problems:
-        print(f"\n{len(report.problems)} submission(s) need a human look:")
+        print(f"\nneeds a human look ({len(report.problems)}):")
         for p in report.problems:
             print(f"  {p.where}: {p.reason}")
     return 0

@@ -133,3 +133,20 @@ def test_bad_submissions_are_reported_and_the_rest_is_graded(tmp_path):
     # grading again gives the same grades
     assert grade_cli(tmp_path, lab).returncode == 0
     assert grades() == first
+
+
+def test_bad_arguments_get_one_line_not_a_traceback(tmp_path):
+    for args in (["--workers", "0"], ["--workers", "two"], ["--lab", "lab99"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "graders.grade", *args], capture_output=True, text=True, cwd=REPO
+        )
+        assert result.returncode == 2, args
+        assert "Traceback" not in result.stderr and result.stderr.strip(), args
+    empty = subprocess.run(
+        [sys.executable, "-m", "graders.grade", "--root", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert empty.returncode == 1 and "Traceback" not in empty.stderr
+    assert "gradebook.db is missing: run `make build` first" in empty.stderr
