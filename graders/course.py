@@ -14,3 +14,11 @@ def lab_source(lab: str) -> Path:
 
 # A lab exists when its text source exists; the order is the order of the course.
 LABS = sorted(p.name for p in SOLUTIONS.iterdir() if lab_source(p.name).is_file())
+
+
+def unknown_labs(labs: list[str]) -> str | None:
+    """A one-line complaint about the names in `labs` that are not labs, or None."""
+    unknown = sorted(set(labs) - set(LABS))
+    if unknown:
+        return f"no such lab: {', '.join(unknown)} (labs: {', '.join(LABS)})"
+    return None

@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 
 from graders.build import SourceError, build, source_notebook
-from graders.course import LABS, REPO, SOLUTIONS
+from graders.course import LABS, REPO, SOLUTIONS, unknown_labs
 
 CRASH_LINE = "pirnt('starting exercise')  # a typo: NameError before anything else runs\n"
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
@@ -195,11 +195,8 @@ def command(args: argparse.Namespace) -> int:
         students = write_class(REPO, LABS, REPO / "labs")
         print(f"wrote {len(students)} demo submissions under submitted/")
         return 0
-    unknown = set(args.labs) - set(LABS)
-    if unknown:
-        print(
-            f"no such lab: {', '.join(sorted(unknown))} (labs: {', '.join(LABS)})", file=sys.stderr
-        )
+    if unknown_labs(args.labs):
+        print(unknown_labs(args.labs), file=sys.stderr)
         return 2
     return check(args.labs or LABS, args.workers)
 

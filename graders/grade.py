@@ -39,7 +39,7 @@ import nbformat
 
 from graders import judge, sandbox
 from graders.build import nbgrader
-from graders.course import LABS, REPO
+from graders.course import LABS, REPO, unknown_labs
 from graders.worker import Worker
 
 NOTEBOOK_BUDGET_S = 600  # a whole notebook, on top of nbgrader's per-cell timeout
@@ -153,6 +153,11 @@ def restore_metadata(nb, release):
     return nb
 
 
+def events_file(scratch: Path) -> Path:
+    """Where the sandbox writes that it killed the kernel of the submission in `scratch`."""
+    return scratch / "runtime" / "events.jsonl"
+
+
 def sandbox_env(root: Path, scratch: Path, budget_s: float = NOTEBOOK_BUDGET_S) -> dict[str, str]:
     """Environment for nbgrader so that each notebook's kernel starts in its own sandbox
     (graders.sandbox.SandboxKernelManager reads COURSE_SANDBOX)."""
@@ -168,7 +173,7 @@ def sandbox_env(root: Path, scratch: Path, budget_s: float = NOTEBOOK_BUDGET_S) 
         "readonly": readonly,
         "threads": sandbox.KERNEL_THREADS,
         "budget_s": budget_s,
-        "events": str(runtime / "events.jsonl"),
+        "events": str(events_file(scratch)),
     }
     return {
         sandbox.SETTINGS_ENV: json.dumps(settings),
@@ -205,8 +210,7 @@ def grade_one(
     graded = scratch / "autograded" / sub.student / sub.lab / f"{sub.lab}.ipynb"
     if ok and graded.is_file():
         return Outcome(sub, scratch)
-    events = Path(json.loads(env[sandbox.SETTINGS_ENV])["events"])
-    if log is None or events.is_file():
+    if log is None or events_file(scratch).is_file():
         reason = f"stopped after the whole-notebook budget of {budget_s:g} s; recorded as 0"
         return Outcome(sub, scratch, reason)
     return Outcome(sub, scratch, failure_reason(log))
@@ -500,11 +504,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=REPO, help="the course folder (default: repo)")
     args = parser.parse_args(argv)
     labs = args.labs or LABS
-    unknown = set(labs) - set(LABS)
-    if unknown:
-        print(
-            f"no such lab: {', '.join(sorted(unknown))} (labs: {', '.join(LABS)})", file=sys.stderr
-        )
+    if unknown_labs(labs):
+        print(unknown_labs(labs), file=sys.stderr)
         return 2
     report = grade_class(args.root.resolve(), labs=labs, workers=args.workers)
     print()

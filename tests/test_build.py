@@ -137,9 +137,14 @@ def test_a_broken_source_names_file_and_line(tmp_path, header, complaint):
     with pytest.raises(SourceError, match=complaint) as error:
         source_notebook("lab99", path=source)
     assert str(source) in str(error.value)
+
+
+def test_a_good_source_builds(tmp_path):
     good = tmp_path / "good.py"
     good.write_text(GOOD_CELLS)
-    assert [c.id for c in source_notebook("good", path=good).cells] == ["cell-000", "answer"]
+    nb = source_notebook("good", path=good)
+    assert [c.id for c in nb.cells] == ["cell-000", "answer"]
+    assert nb.cells[1].metadata["nbgrader"]["solution"] is True
 
 
 def test_make_build_reports_a_bad_lab_in_one_line(capsys):
