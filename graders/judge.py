@@ -130,13 +130,15 @@ def reference_observations(
 
 def cached_reference(solution: Path, cache: Path) -> dict[str, list[dict]]:
     """`reference_observations` of `solution`, kept in `cache` and reused while the notebook,
-    torch and the kernels' thread count are the same (once per release, not per grading)."""
+    the kernel-side code that records (graders/kernel/), torch and the kernels' thread count
+    are the same (once per release, not per grading)."""
     from importlib.metadata import version
 
-    from graders.sandbox import KERNEL_THREADS
+    from graders.sandbox import KERNEL_SIDE, KERNEL_THREADS
 
     made_of = f"torch {version('torch')}, {KERNEL_THREADS} thread(s), ".encode()
-    key = hashlib.sha256(made_of + solution.read_bytes()).hexdigest()
+    recorder = b"".join(path.read_bytes() for path in sorted(KERNEL_SIDE.glob("*.py")))
+    key = hashlib.sha256(made_of + recorder + solution.read_bytes()).hexdigest()
     try:
         saved = json.loads(cache.read_text())
         if saved["key"] == key:

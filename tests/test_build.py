@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -82,6 +83,76 @@ def test_every_check_records_observations_for_the_judge(course, lab):
             source = "".join(cell["source"])
             hidden = source.partition("BEGIN HIDDEN TESTS")[2]
             assert "observe(" in hidden, f"{lab}: {meta['grade_id']} records no observation"
+
+
+def bound_names(nodes) -> set[str]:
+    """The names a list of statements binds (assignments, loops, defs, imports, parameters)."""
+    names = set()
+    for node in (n for top in nodes for n in ast.walk(top)):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return names
+
+
+def names_taken_from_failed_checks(nb) -> list[str]:
+    """'<cell> uses <name> from <test cell>' for each name a cell takes from an earlier test
+    cell that binds it only after its first check: when that check fails, the rest of its cell
+    does not run, the name never exists, and this cell fails too, for nothing it got wrong.
+    (Definitions and imports at the top of a test cell always run, hidden ones included.)"""
+    from_test_cell, found = {}, []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        meta = cell.metadata.get("nbgrader", {})
+        code = "\n".join(
+            "" if line.lstrip().startswith(("%", "!")) else line
+            for line in cell.source.splitlines()
+        )
+        body = ast.parse(code).body
+        loaded = {
+            n.id
+            for n in ast.walk(ast.Module(body, []))
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        }
+        found += [
+            f"{meta.get('grade_id', cell.id)} uses {name} from {from_test_cell[name]}"
+            for name in sorted(loaded - bound_names(body))
+            if name in from_test_cell
+        ]
+        safe = len(body)  # in a test cell, only what comes before its first check is safe
+        if meta.get("grade") and not meta.get("solution"):
+            kinds = ast.FunctionDef | ast.ClassDef | ast.Import | ast.ImportFrom
+            safe = next((i for i, node in enumerate(body) if not isinstance(node, kinds)), safe)
+        for name in bound_names(body[:safe]):
+            from_test_cell.pop(name, None)
+        for name in bound_names(body[safe:]) - bound_names(body[:safe]):
+            from_test_cell[name] = meta["grade_id"]
+    return found
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_a_failed_check_cannot_fail_another_cell(lab):
+    assert names_taken_from_failed_checks(source_notebook(lab)) == []
+
+
+def test_a_name_from_after_a_check_is_found(tmp_path):
+    source = tmp_path / "lab99.py"
+    source.write_text(
+        GOOD_CELLS
+        + '\n# %% nbgrader={"grade": true, "points": 1, "grade_id": "t1"}\n'
+        + "def _early():\n    return 1\n\n\ncheck(x == 1)\n_late = 2\n"
+        + '\n# %% nbgrader={"grade": true, "points": 1, "grade_id": "t2"}\n'
+        + "assert _early() + _late == 3\n"
+    )
+    assert names_taken_from_failed_checks(source_notebook("lab99", path=source)) == [
+        "t2 uses _late from t1"
+    ]
 
 
 def test_short_metadata_is_expanded():

@@ -13,10 +13,12 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 from graders.build import build
 from graders.course import LABS, REPO, lab_source
 from graders.demo import compare, declared_class, write_class
+from graders.feedback import HideHiddenTests
 from graders.grade import grade_class
 
 
@@ -63,6 +65,36 @@ def test_feedback_never_shows_hidden_tests(course):
         leaked = [line for line in hidden_lines(lab) if line in text]
         assert not leaked, f"{page} shows hidden test code: {leaked[:2]}"
     assert any(hidden_lines(lab) for lab in LABS), "the leak check has nothing to look for"
+
+
+@pytest.mark.parametrize(
+    ("line", "where"), [(2, "a hidden test"), (5, "a visible check"), (8, "a hidden test")]
+)
+def test_feedback_says_where_a_check_failed(line, where):
+    """A test cell may have hidden regions before and after its visible checks."""
+    source = "\n".join(
+        [
+            "### BEGIN HIDDEN TESTS",
+            "def _helper(): pass",
+            "### END HIDDEN TESTS",
+            "_v = 1",
+            "check(_v == 2, 'visible')",
+            "### BEGIN HIDDEN TESTS",
+            "from grader_observe import observe",
+            "assert _helper()",
+            "### END HIDDEN TESTS",
+        ]
+    )
+    cell = nbformat.v4.new_code_cell(source)
+    cell.metadata["nbgrader"] = {"grade": True, "grade_id": "t", "points": 1, "solution": False}
+    cell.outputs = [
+        nbformat.v4.new_output(
+            "error", ename="AssertionError", evalue="x", traceback=[f"Cell In[3], line {line}"]
+        )
+    ]
+    cell, _ = HideHiddenTests().preprocess_cell(cell, {}, 0)
+    assert cell.source == "_v = 1\ncheck(_v == 2, 'visible')"
+    assert cell.outputs[0].traceback == [f"This part failed in {where}.", "AssertionError: x"]
 
 
 def grade_cli(root: Path, lab: str) -> subprocess.CompletedProcess:

@@ -38,3 +38,26 @@ def test_differences_are_caught_without_revealing_values():
     shape = compare([record("t", torch.zeros(2))], [record("t", torch.zeros(1, 2))])
     assert shape and "0" not in shape  # names only, no values
     assert compare([record("n", 1)], [record("n", True)])  # a bool is not a number
+
+
+def test_the_reference_is_made_again_when_the_recorder_changes(tmp_path, monkeypatch):
+    """The cached reference is stale when graders/kernel/ changes (how values are recorded)."""
+    import graders.sandbox
+    from graders import judge
+
+    kernel = tmp_path / "kernel"
+    kernel.mkdir()
+    (kernel / "grader_observe.py").write_text("# version 1\n")
+    monkeypatch.setattr(graders.sandbox, "KERNEL_SIDE", kernel)
+    runs = []
+    monkeypatch.setattr(
+        judge, "reference_observations", lambda solution, threads: runs.append(1) or {"t": []}
+    )
+    solution, cache = tmp_path / "lab.ipynb", tmp_path / "reference" / "lab.json"
+    solution.write_text("{}")
+    for _ in range(2):
+        assert judge.cached_reference(solution, cache) == {"t": []}
+    assert len(runs) == 1
+    (kernel / "grader_observe.py").write_text("# version 2\n")
+    judge.cached_reference(solution, cache)
+    assert len(runs) == 2

@@ -115,8 +115,9 @@ draw(out, params=params)
 #
 # `draw(t)` calls torchviz's `make_dot(t)` (if your machine has no Graphviz program, it
 # says so instead of drawing; everything else in this lab works without it). In the
-# picture, the **arrows run the way `backward()` will run**, from the output back to the
-# leaves, and the colours mean:
+# picture, the **arrows follow the forward pass**: from each leaf, through the operations
+# that used it, to the output. `backward()` walks the same arrows the other way, from the
+# output back to the leaves. The colours mean:
 #
 # * **grey** boxes are backward nodes, the `grad_fn` objects: `SumBackward0`,
 #   `TanhBackward0`, `AddBackward0`, `MmBackward0`, and `AccumulateGrad`;
@@ -125,12 +126,15 @@ draw(out, params=params)
 #   hanging from its own `AccumulateGrad` node;
 # * the **green** box is the tensor you asked to draw (`out`);
 # * **orange** boxes appear with `show_saved=True`: the tensors a node *saved* during the
-#   forward pass because its derivative needs them (the chain rule for a matrix product
-#   needs both factors; $\tanh'(a) = 1 - \tanh^2(a)$ needs the result).
+#   forward pass because its derivative needs them. $\tanh'(a) = 1 - \tanh^2(a)$ needs the
+#   result. The gradient of `Wx @ x` with respect to `Wx` is `grad @ x.T`, so that matrix
+#   multiply saved `x` (its `mat2`); it did not save `Wx`, which only `x`'s gradient would
+#   need, and nobody asked for that one.
 #
 # `show_attrs=True` prints the non-tensor attributes a node saved, such as the shape of
-# the tensor that `sum` reduced, inside the grey boxes. `x` and `h` appear nowhere: they
-# do not require gradients, so no gradient will ever flow to them.
+# the tensor that `sum` reduced, inside the grey boxes. `x` and `h` appear only as saved
+# `mat2` boxes, never as blue leaves with their own `AccumulateGrad`: they do not require
+# gradients, so no gradient will ever flow to them.
 #
 # You can read the saved tensors in code too: their names start with `_saved_`.
 
@@ -140,6 +144,7 @@ tanh_node = next_h.grad_fn
 print("TanhBackward0 saved its result:", torch.equal(tanh_node._saved_result, next_h))
 mm_node = i2h.grad_fn
 print("MmBackward0 saved x as mat2:   ", torch.equal(mm_node._saved_mat2, x))
+print("and did not save Wx (self):     ", mm_node._saved_self is None)
 print("SumBackward0 saved the input shape:", out.grad_fn._saved_self_sym_sizes)
 
 # %% [markdown]
@@ -307,7 +312,33 @@ def walk(t):
 # %%
 show_graph(*walk(out))
 
+
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_walk_chain"}
+### BEGIN HIDDEN TESTS
+# Defined before the visible checks, so that test_walk_shared can use it even when a check
+# here fails (a failed check stops the rest of its cell).
+def _canonical_graph(result, t):
+    """walk(t)'s answer with the student's free choices (order) taken out: nodes and edges
+    named by their place in a fixed breadth-first numbering of t's graph, then sorted."""
+    number, order = {}, [t.grad_fn] if t.grad_fn is not None else []
+    for n in order:
+        if id(n) not in number:
+            number[id(n)] = len(number)
+            order.extend(c for c, _ in n.next_functions if c is not None)
+
+    def label(n):
+        name = type(n).__name__.rstrip("0123456789")
+        return f"{number[id(n)]:03d} {name}" if id(n) in number else f"??? {name}"
+
+    nodes, edges = result
+    return {
+        "first": label(nodes[0]) if nodes else None,
+        "nodes": sorted(label(n) for n in nodes),
+        "edges": sorted([label(p), label(c)] for p, c in edges),
+    }
+
+
+### END HIDDEN TESTS
 # The recurrent cell: no tensor is used twice, so the graph is a tree.
 _s = out.grad_fn
 _tanh = _s.next_functions[0][0]
@@ -331,28 +362,6 @@ check(
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
-
-
-def _canonical_graph(result, t):
-    """walk(t)'s answer with the student's free choices (order) taken out: nodes and edges
-    named by their place in a fixed breadth-first numbering of t's graph, then sorted."""
-    number, order = {}, [t.grad_fn] if t.grad_fn is not None else []
-    for n in order:
-        if id(n) not in number:
-            number[id(n)] = len(number)
-            order.extend(c for c, _ in n.next_functions if c is not None)
-
-    def label(n):
-        name = type(n).__name__.rstrip("0123456789")
-        return f"{number[id(n)]:03d} {name}" if id(n) in number else f"??? {name}"
-
-    nodes, edges = result
-    return {
-        "first": label(nodes[0]) if nodes else None,
-        "nodes": sorted(label(n) for n in nodes),
-        "edges": sorted([label(p), label(c)] for p, c in edges),
-    }
-
 
 with torch.no_grad():
     _untracked = Wh @ h
@@ -526,8 +535,18 @@ _wrong = []
 for _expression in EXPRESSIONS:
     _p = predictions[_expression]
     check(
-        isinstance(_p, tuple) and len(_p) == 3,
+        isinstance(_p, tuple | list) and len(_p) == 3,
         f"predictions[{_expression!r}] should be a triple (requires_grad, is_leaf, grad_fn), got {_p!r}.",
+    )
+    check(
+        isinstance(_p[0], bool) and isinstance(_p[1], bool),
+        f"predictions[{_expression!r}]: requires_grad and is_leaf should be True or False"
+        f" (not {_p[0]!r} and {_p[1]!r}).",
+    )
+    check(
+        _p[2] is None or isinstance(_p[2], str),
+        f"predictions[{_expression!r}]: grad_fn should be a node's name as a string, such as"
+        f' "MulBackward0", or None; got {_p[2]!r}.',
     )
     _rg, _leaf, _fn = _actual(_expression)
     _diff = []
@@ -536,7 +555,8 @@ for _expression in EXPRESSIONS:
     if _p[1] != _leaf:
         _diff.append(f"is_leaf is {_leaf}, not {_p[1]}")
     if not _same_name(_p[2], _fn):
-        _diff.append(f"grad_fn is {_fn}, not {_p[2]}")
+        _hint = " (write None without quotes)" if _p[2] == "None" else ""
+        _diff.append(f"grad_fn is {_fn!r}, not {_p[2]!r}{_hint}")
     if _diff:
         _wrong.append(f"{_expression}: " + ", ".join(_diff))
 check(

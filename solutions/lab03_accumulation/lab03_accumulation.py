@@ -74,9 +74,11 @@ optimizer.zero_grad()
 print("after zero_grad():                 ", p.grad)
 
 # %% [markdown]
-# Every optimizer in `torch.optim` **skips a parameter whose `.grad` is `None`**: no
-# update, and its state (such as the momentum buffer) is left alone. A zero gradient is
-# not skipped: with momentum, the parameter keeps moving on the velocity it had built up.
+# SGD, Adam and the other usual optimizers in `torch.optim` **skip a parameter whose
+# `.grad` is `None`**: no update, and its state (such as the momentum buffer) is left
+# alone. (LBFGS is the exception: it treats all parameters as one flat vector and reads a
+# `None` gradient as zeros.) A zero gradient is not skipped: with momentum, the parameter
+# keeps moving on the velocity it had built up.
 # Two parameters, SGD with momentum 0.9, and a second step in which only `a` is used:
 
 # %%
@@ -138,6 +140,11 @@ for _flag, _b_want in ((True, 1.9), (False, 1.81)):
         abs(_a - 0.26) > 1e-6,
         f"set_to_none={_flag}: a = 0.26, which means step 2 also used step 1's gradient of a "
         "(2 + 1.6 instead of 1.6): call optimizer.zero_grad(...) between the two steps.",
+    )
+    check(
+        not 1e-9 <= abs(_a - 0.46) < 1e-5,
+        f"set_to_none={_flag}: a = {_a!r} is 0.46 only up to float32 rounding: create a and b "
+        "with dtype=torch.float64.",
     )
     check(
         abs(_a - 0.46) < 1e-9,
@@ -616,6 +623,12 @@ for _n, _micro in ((8, 2), (10, 4)):
         "is a mean over its own rows: scale it by len(chunk) / len(X) before backward().",
     )
     check(
+        abs(_ratio - _y.shape[1]) > 1e-6,
+        f"N={_n}, micro={_micro}: your gradients are {_y.shape[1]} times too large. F.mse_loss "
+        f"averages over every element of y (rows times its {_y.shape[1]} columns), so a sum divided "
+        "by the number of rows is too big: scale each micro-batch's mean loss by len(chunk) / len(X).",
+    )
+    check(
         all(torch.allclose(g, w, rtol=0, atol=1e-10) for g, w in zip(_got, _want, strict=True)),
         f"N={_n}, micro={_micro}: the accumulated gradient differs from the big batch's "
         f"(ratio of norms {_ratio:.4f}). "
@@ -649,8 +662,8 @@ for _n, _micro in ((7, 1), (9, 9), (13, 5), (16, 20)):
 # ## What you have seen
 #
 # * `backward()` adds into `.grad`; training loops clear it once per step. `zero_grad()`
-#   sets gradients to `None` by default, and optimizers skip parameters whose gradient is
-#   `None`, momentum included; zeros are not skipped.
+#   sets gradients to `None` by default, and the usual optimizers (all but LBFGS) skip
+#   parameters whose gradient is `None`, momentum included; zeros are not skipped.
 # * A weight used `k` times in one pass gets the sum of `k` gradients: one `AccumulateGrad`
 #   node with `k` edges into it.
 # * A parameter the pass did not use gets no gradient: `None` the first time, and its old
