@@ -20,7 +20,8 @@
 # 2. build `DynamicNet`, which picks a random depth on every pass and reuses **one** middle
 #    layer, and check that the shared layer's gradient is the sum over its uses;
 # 3. train it on MNIST with a live loss plot;
-# 4. find and fix the two bugs of a branching variant that scores 84-89%;
+# 4. find and fix the two bugs of a branching variant (the original notebook this lab is
+#    based on reports 84-89% for it; you will measure it here yourself);
 # 5. write a forward pass whose loop depends on the data, and move trained weights into a
 #    model whose forward is different.
 #
@@ -270,7 +271,18 @@ def reference_forward(model, x, depth, middle_weights=None):
 _model = DynamicNet()
 _x, _y = torch.randn(6, 1, 28, 28), torch.randint(0, 10, (6,))
 _rng = CountingRandom(0)
-_out = _model(_x, rng=_rng)
+try:
+    _out = _model(_x, rng=_rng)
+except NotImplementedError:
+    raise
+except RuntimeError as _error:
+    if "shape" not in str(_error):
+        raise
+    check(
+        False,
+        "DynamicNet failed on a batch of images of shape (6, 1, 28, 28): flatten x to "
+        f"(batch, 784) before input_linear, which expects 784 inputs. ({str(_error)[:80]})",
+    )
 check(
     _rng.calls == 1,
     f"forward called rng.randint {_rng.calls} times: draw the depth once, from the rng you are given.",
@@ -385,7 +397,9 @@ for _depth in range(4):
 # ### Exercise 2 (2 points): see each use's gradient
 #
 # Write `per_use_grads(model, x, target, depth)`: compute the model's forward at this
-# `depth` by hand, but give each use of `middle_linear` its **own copy** of the weight
+# `depth` by hand (flatten `x` to `(batch, 784)` first, as `DynamicNet` does: `x` may be a
+# batch of images of shape `(batch, 1, 28, 28)`), but give each use of `middle_linear` its
+# **own copy** of the weight
 # (`model.middle_linear.weight.detach().clone().requires_grad_()`, used with
 # `F.linear(h, w, model.middle_linear.bias)`), compute `F.nll_loss` of the log-probabilities
 # and `target`, call `backward()`, and return the list of the copies' gradients, one per
@@ -407,8 +421,19 @@ def per_use_grads(model, x, target, depth):
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_per_use_grads"}
 _model = DynamicNet()
-_x, _y = torch.randn(8, 784), torch.randint(0, 10, (8,))
-_grads = per_use_grads(_model, _x, _y, 3)
+_x, _y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
+try:
+    _grads = per_use_grads(_model, _x, _y, 3)
+except NotImplementedError:
+    raise
+except RuntimeError as _error:
+    if "shape" not in str(_error):
+        raise
+    check(
+        False,
+        "per_use_grads failed on a batch of images of shape (8, 1, 28, 28): flatten x to "
+        f"(batch, 784) before input_linear, as DynamicNet does. ({str(_error)[:80]})",
+    )
 check(
     isinstance(_grads, list) and len(_grads) == 3,
     "At depth 3 per_use_grads should return a list of 3 gradients.",
@@ -417,15 +442,17 @@ check(
     all(g is not None and g.shape == (100, 100) for g in _grads),
     "Each entry should be the (100, 100) gradient of one copy: did you call backward() and return w.grad?",
 )
+check(
+    not torch.allclose(_grads[0], _grads[2]),
+    "The first and the third use got the same gradient: give each use its own copy of the "
+    "weight (a separate tensor per use), so that each copy's .grad holds only its own use's "
+    "contribution. One copy used three times collects the sum of all three.",
+)
 _whole = _model.middle_linear.weight.detach().clone().requires_grad_()
 F.nll_loss(reference_forward(_model, _x, 3, [_whole] * 3), _y).backward()
 check(
     torch.allclose(sum(_grads), _whole.grad, atol=1e-6),
     "The per-use gradients should add up to the gradient of the shared weight. Same layers, ReLUs and loss as DynamicNet?",
-)
-check(
-    not torch.allclose(_grads[0], _grads[2]),
-    "The uses should have different gradients: give each use its own copy.",
 )
 check(
     per_use_grads(_model, _x, _y, 0) == [],
@@ -464,8 +491,9 @@ for _g in per_use_grads(_model, train_x[:64], train_y[:64], 3):
 # %% [markdown]
 # ## 4. Training `DynamicNet` on MNIST
 #
-# The hyper-parameters are the source notebook's: 100 hidden units, SGD with learning rate
-# 0.01 and momentum 0.5, batches of 128, 8 epochs, seed 666. Each batch draws its own depth,
+# The hyper-parameters are those of the original notebook this lab is based on: 100
+# hidden units, SGD with learning rate 0.01 and momentum 0.5, batches of 128, 8 epochs,
+# seed 666. Each batch draws its own depth,
 # so the shared middle layer is trained to work whether it is applied 0, 1, 2 or 3 times.
 # `fit` shows a progress bar per epoch and redraws the loss plot after each epoch.
 #
@@ -538,6 +566,11 @@ def fit(model, epochs=EPOCHS, seed=SEED, title=None):
             plot.send()
     print(
         f"{title or type(model).__name__}: test accuracy {val_acc:.2%} (mean over the 4 draws) after {epochs} epoch(s) on {DATA_ABOUT}"
+        + (
+            " (grading mode: a shortened run on at most 6,000 digits, not a measure of the model)"
+            if GRADING
+            else ""
+        )
     )
     return val_acc
 
@@ -560,10 +593,12 @@ print(f"{time.perf_counter() - start:.1f} s")
 # %% [markdown]
 # ## 5. A branching variant, and its two bugs
 #
-# The source notebook also tried a "tree-like" model: a coin picks one of four branches, and
+# The original notebook also tried a "tree-like" model: a coin picks one of four branches, and
 # the branches differ both in the number of layers and in their widths (one detour goes
-# through 300 units). It reached only 84-89% where `DynamicNet` reached 95%. Here it is,
-# with the same injected `rng`:
+# through 300 units). In that notebook's table it reached only 84-89% where `DynamicNet`
+# reached 95%: those figures are the original notebook's, not a run of this one (the end of
+# this section trains both variants here and prints this notebook's own numbers). Here it
+# is, with the same injected `rng`:
 
 
 # %% nbgrader={"locked": true, "grade_id": "branching"}
@@ -657,6 +692,43 @@ for _coin in range(4):
         "output_linear" not in _unused,
         f"With coin {_coin}, output_linear got no gradient: it must be used in every branch.",
     )
+# Test weights under which every branch gives a different hidden value: input_linear gives 1
+# in every unit, middle_wide then middle_back double it, middle_same adds 3. output_linear
+# scores class k as 0.1 * k * (the value it receives), so the output tells that value.
+_probe = FixedBranchingNet()
+with torch.no_grad():
+    for _layer in _probe.children():
+        _layer.weight.zero_()
+        _layer.bias.zero_()
+    _probe.input_linear.bias.fill_(1.0)
+    _probe.middle_wide.weight[:100] = torch.eye(100)
+    _probe.middle_back.weight[:, :100] = 2 * torch.eye(100)
+    _probe.middle_same.weight.copy_(torch.eye(100))
+    _probe.middle_same.bias.fill_(3.0)
+    _probe.output_linear.weight[:, 0] = 0.1 * torch.arange(10.0)
+for _coin, _value, _path in [
+    (0, 1, "1"),
+    (1, 4, "1 -> 4"),
+    (2, 2, "1 -> 2"),
+    (3, 5, "1 -> 2 -> 5"),
+]:
+    with torch.no_grad():
+        _got = _probe(torch.zeros(2, 784), rng=random.Random(seed_for_depth(_coin)))
+    _seen = 10 * (_got[0, 1] - _got[0, 0]).item()  # the value output_linear received
+    check(
+        tuple(_got.shape) == (2, 10)
+        and torch.allclose(
+            _got[0], F.log_softmax(0.1 * _value * torch.arange(10.0), dim=0), atol=1e-4
+        ),
+        f"With coin {_coin} the wrong layers ran, or in the wrong order. Test weights: input_linear "
+        "gives 1, middle_wide then middle_back double a value, middle_same adds 3; so output_linear "
+        f"should receive {_value} ({_path}), and yours received about {_seen:.3g}. "
+        + (
+            "Branch 3 is middle_wide, then middle_back, then middle_same (last)."
+            if _coin == 3
+            else "Does each branch use exactly its own layers?"
+        ),
+    )
 with torch.no_grad():
     _model.output_linear.weight.zero_()
     _model.output_linear.bias.copy_(-torch.arange(1.0, 11.0))  # every score negative
@@ -721,7 +793,13 @@ buggy_accuracy = fit(BranchingNet(), title="BranchingNet (buggy)")
 torch.manual_seed(SEED)
 fixed_model = FixedBranchingNet()
 fixed_accuracy = fit(fixed_model, title="FixedBranchingNet")
-print(f"buggy {buggy_accuracy:.2%} -> fixed {fixed_accuracy:.2%}")
+if GRADING:
+    print(
+        "Grading mode: both models trained for 1 epoch on at most 6,000 digits, far too little to "
+        "compare them; these accuracies mean nothing. Run the notebook yourself for the real figures."
+    )
+else:
+    print(f"buggy {buggy_accuracy:.2%} -> fixed {fixed_accuracy:.2%} (this notebook's own run)")
 
 # %% [markdown]
 # ## 6. Control flow that depends on the data
@@ -779,6 +857,14 @@ _model(torch.randn(4, 784))
 check(
     _model.last_depth == 2,
     f"With target_norm 3 the loop should stop after 2 steps (norm 4 >= 3), you took {_model.last_depth}.",
+)
+_model.target_norm = 0.5
+_model(torch.zeros(4, 784))  # the input does not matter here
+check(
+    _model.last_depth == 0,
+    "With target_norm 0.5 the norm is 1 before any step, already above the target, so the loop "
+    f"should take 0 steps; you took {_model.last_depth}. Test the condition before each step, "
+    "not after it.",
 )
 with torch.no_grad():
     _model.middle_linear.weight.zero_()  # the norm never grows: only the bound stops the loop

@@ -307,6 +307,17 @@ check(
     "from torch.optim.SGD, which skips it entirely: no update, buffer left as it was. Do not "
     "treat a missing gradient as a zero gradient.",
 )
+with torch.random.fork_rng():  # leaves the random numbers of the next cells as they were
+    _ref, _mine = _compare_with_sgd(
+        [[_g1, _g2], [_g2, None], [_g1, _g1]], [(40, 30), (40, 30)], 0.1, 0.9
+    )
+check(
+    torch.equal(_ref[1], _mine[1]),
+    "On the step after one where .grad was None, your parameter moved differently from "
+    "torch.optim.SGD. Skipping a parameter keeps its momentum buffer as it was, so the next "
+    "step continues with momentum * old buffer + gradient: return the old buffer for a skipped "
+    "parameter, not None (which would restart the momentum from scratch).",
+)
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
@@ -428,11 +439,26 @@ _g_b = _probe.b.weight.grad
 _drift = unused_drift(_net, torch.optim.SGD(_net.parameters(), lr=0.1, momentum=0.9), x3, False)
 check(isinstance(_drift, float), "unused_drift should return a float (use .item()).")
 _expected = 0.1 * 0.9 * _g_b.norm().item()
+if _drift == 0.0:
+    _hint = (
+        "It did not move at all: either you cleared the gradients with set_to_none=True (what "
+        "zero_grad() does by default) instead of the set_to_none you were given, or b_before is "
+        "not a .clone(): without it, b_before is the very tensor that optimizer.step() changes "
+        "in place, so the difference is always 0."
+    )
+elif abs(_drift - 0.1 * 1.9 * _g_b.norm().item()) < 1e-6:
+    _hint = (
+        "That is lr * 1.9 * |g1|: the gradients were not cleared before step 2, so step 1's "
+        "gradient was still in .grad and counted again. Call "
+        "optimizer.zero_grad(set_to_none=set_to_none) before step 2 as well."
+    )
+else:
+    _hint = "Did you pass set_to_none to zero_grad, and measure only step 2?"
 check(
     abs(_drift - _expected) < 1e-6,
     f"With set_to_none=False and momentum 0.9, branch b should move by lr * momentum * |g1| = "
     f"{_expected:.4f} in step 2 (its gradient is zero, but its momentum buffer is not), got "
-    f"{_drift:.4f}. Did you pass set_to_none to zero_grad, and measure only step 2?",
+    f"{_drift:.4f}. {_hint}",
 )
 torch.manual_seed(3)
 _net = TwoBranch()
@@ -474,11 +500,11 @@ for _make in (
 
 # %% [markdown]
 # What the table shows (look at your numbers): with `set_to_none=True` nothing moves the
-# unused branch, because every `torch.optim` optimizer skips a parameter whose `.grad` is
-# `None`. With `set_to_none=False` plain SGD still does not move it (a zero gradient is a
-# zero step), but SGD with momentum, Adam and AdamW **do**: momentum keeps pushing in the
-# old direction, and Adam divides its decaying first moment by its decaying second moment,
-# which stays of the same order, so the step barely shrinks.
+# unused branch, because SGD, Adam and AdamW (every `torch.optim` optimizer but LBFGS) skip
+# a parameter whose `.grad` is `None`. With `set_to_none=False` plain SGD still does not
+# move it (a zero gradient is a zero step), but SGD with momentum, Adam and AdamW **do**:
+# momentum keeps pushing in the old direction, and Adam divides its decaying first moment
+# by its decaying second moment, which stays of the same order, so the step barely shrinks.
 #
 # For `DynamicNet` this decides what "skipping a layer" means. With `set_to_none=True` a
 # skipped middle layer is frozen for that step, and Adam's per-parameter step counter
@@ -642,12 +668,19 @@ def _widen_ok(_a, _h, _b, _extra, _seed):
         "The old weights should sit unchanged in the first rows of the new first layer and "
         "the first columns of the new second layer.",
     )
+    check(
+        torch.equal(_nf.bias[:_h], _f.bias) and torch.equal(_ns.bias, _s.bias),
+        "Copy the old biases too: the first layer's into the first entries of the new first "
+        "layer's bias, and the second layer's into the whole bias of the new second layer (a new "
+        "nn.Linear starts with a random bias, which would change the output).",
+    )
     _x = torch.randn(20, _a)
     _gap = (_ns(torch.relu(_nf(_x))) - _s(torch.relu(_f(_x)))).abs().max().item()
     check(
         _gap < 1e-6,
         f"The widened pair computes a different function (gap {_gap:.1e}): the new units' "
-        "outgoing weights (the new columns of the second layer) must be zero.",
+        "outgoing weights (the new columns of the second layer) must be zero, and the old "
+        "biases copied into the new layers.",
     )
     _ns(torch.relu(_nf(_x))).pow(2).sum().backward()
     _learn = _ns.weight.grad[:, _h:].abs().sum().item() + _nf.weight.grad[_h:].abs().sum().item()
@@ -751,6 +784,23 @@ train(grown, adam, xg, yg, 5)  # and training goes on
 
 
 # %% nbgrader={"grade": true, "points": 3, "grade_id": "test_grow"}
+### BEGIN HIDDEN TESTS
+# (first, so that test_shrink has it even when a check here fails)
+def _optimizer_record(_model, _opt):
+    """Names in param_groups order, orphan count, and each parameter's state, by name."""
+    _names = {id(p): n for n, p in _model.named_parameters()}
+    _order = [_names.get(id(p), "(not in model)") for g in _opt.param_groups for p in g["params"]]
+    _orphans = sum(id(p) not in _names for p in _opt.state)
+    _state = {
+        n: {k: _opt.state[p][k] for k in ("step", "exp_avg", "exp_avg_sq")}
+        if p in _opt.state
+        else None
+        for n, p in _model.named_parameters()
+    }
+    return [_order, _orphans, _state]
+
+
+### END HIDDEN TESTS
 def _grow_ok(_seed, _extra, _h2):
     torch.manual_seed(_seed)
     _x, _y = torch.randn(16, 4), torch.randint(0, 3, (16,))
@@ -818,23 +868,34 @@ def _grow_ok(_seed, _extra, _h2):
 
 
 _grow_ok(0, 3, 6)
+torch.manual_seed(0)
+_model = MLP()
+_opt = torch.optim.Adam(_model.parameters(), lr=0.01)  # no step taken: no state at all yet
+try:
+    grow(_model, _opt, 2)
+except KeyError:
+    check(
+        False,
+        "grow raised a KeyError for an optimizer that has not taken a step yet: its "
+        "optimizer.state has no entry for any parameter, so there is nothing to move. Move the "
+        "state of a parameter that has an entry there, and skip the others.",
+    )
+_params = [p for g in _opt.param_groups for p in g["params"]]
+check(
+    _model.fc2.out_features == 8
+    and {id(p) for p in _params} == {id(p) for p in _model.parameters()}
+    and len(_params) == 6,
+    "With an optimizer that has no state yet, grow should still widen the model and put the "
+    "new fc2/fc3 tensors in param_groups.",
+)
+check(
+    all(id(p) in {id(q) for q in _model.parameters()} for p in _opt.state),
+    "With an optimizer that has no state yet, grow left entries for the old fc2/fc3 tensors in "
+    "optimizer.state (reading optimizer.state[old] for a tensor without state creates an "
+    "empty entry): skip a parameter that has no state.",
+)
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
-
-
-def _optimizer_record(_model, _opt):
-    """Names in param_groups order, orphan count, and each parameter's state, by name."""
-    _names = {id(p): n for n, p in _model.named_parameters()}
-    _order = [_names.get(id(p), "(not in model)") for g in _opt.param_groups for p in g["params"]]
-    _orphans = sum(id(p) not in _names for p in _opt.state)
-    _state = {
-        n: {k: _opt.state[p][k] for k in ("step", "exp_avg", "exp_avg_sq")}
-        if p in _opt.state
-        else None
-        for n, p in _model.named_parameters()
-    }
-    return [_order, _orphans, _state]
-
 
 _grow_ok(5, 1, 2)
 _grow_ok(6, 5, 4)
@@ -1039,17 +1100,8 @@ for _seed, _keep, _h2 in [(1, [1], 3), (2, [0, 1, 2, 3], 4), (8, [0, 3, 4], 6)]:
     _opt = torch.optim.Adam(_model.parameters(), lr=0.01)
     train(_model, _opt, _x, _y, 3)
     shrink(_model, _opt, _keep)
-    _names = {id(p): n for n, p in _model.named_parameters()}
-    _order = [_names.get(id(p), "(not in model)") for g in _opt.param_groups for p in g["params"]]
-    _orphans = sum(id(p) not in _names for p in _opt.state)
-    _state = {
-        n: {k: _opt.state[p][k] for k in ("step", "exp_avg", "exp_avg_sq")}
-        if p in _opt.state
-        else None
-        for n, p in _model.named_parameters()
-    }
     _params = {n: p.detach() for n, p in _model.named_parameters()}
-    observe("param_groups order, orphans, state", [_order, _orphans, _state], rtol=0, atol=0)
+    observe("param_groups order, orphans, state", _optimizer_record(_model, _opt), rtol=0, atol=0)
     observe("parameters after shrink", _params, rtol=0, atol=0)
     observe("output after shrink", _model(_x).detach(), atol=1e-6)
 ### END HIDDEN TESTS
