@@ -343,6 +343,41 @@ check(
     "needs its own forget gate f_jk = sigmoid(W_f x_j + U_f h_k + b_f), computed from its own "
     "h_k (not from the sum of the children), multiplied with its own c_k.",
 )
+# A fixed case: 3 nodes (node 0 with two children, node 1 a leaf, node 2 with one child),
+# weights from a fixed generator; the expected numbers were computed once with exercise 2's
+# formulas.
+with torch.no_grad():
+    _fixed = ChildSumTreeLSTMCell(2, 2)
+    _fixed_gen = torch.Generator().manual_seed(7)
+    for _name, _p in sorted(_fixed.named_parameters()):
+        _p.copy_(torch.randn(_p.shape, generator=_fixed_gen))
+    _xf = torch.randn(3, 2, generator=_fixed_gen)
+    _chf, _ccf = torch.randn(3, 2, generator=_fixed_gen), torch.randn(3, 2, generator=_fixed_gen)
+    _hf, _cf = _fixed(_xf, _chf, _ccf, torch.tensor([0, 0, 2]))
+_want_h = torch.tensor([[0.14785, -0.08437], [0.63562, -0.39820], [-0.21096, -0.59334]])
+_want_c = torch.tensor([[0.14922, -0.13398], [0.82531, -0.46760], [-0.42753, -0.79195]])
+_c_ok = torch.allclose(_cf, _want_c, atol=1e-4)
+
+
+def _rows(t):
+    return [[round(_v, 5) for _v in _row] for _row in t.tolist()]
+
+
+check(
+    _c_ok and torch.allclose(_hf, _want_h, atol=1e-4),
+    "Fixed case (3 nodes, weights from torch.Generator().manual_seed(7)): expected\n"
+    f"  h = {_rows(_want_h)}\n  c = {_rows(_want_c)}\n"
+    f"got\n  h = {_rows(_hf)}\n  c = {_rows(_cf)}\n"
+    + (
+        "c is right but h is not: h_j = o_j * tanh(c_j), with the tanh, and o_j the sigmoid of "
+        "the output gate's columns."
+        if _c_ok
+        else "Usual suspects: the order of the gates in the columns of self.W(x) and "
+        "self.U_iou(...) is i, o, u (then f for W): which chunk did you call what? Each "
+        "child's forget gate needs the W_f x_j + b_f term of its parent node j, not only U_f h_k. "
+        "And h_j = o_j * tanh(c_j), with the tanh."
+    ),
+)
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
@@ -390,6 +425,8 @@ _cc = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
 _parent = torch.tensor([0, 0, 2, 2])
 try:
     _ok = torch.autograd.gradcheck(lambda a, b, c: _cell(a, b, c, _parent), (_x, _ch, _cc))
+except NotImplementedError:
+    raise
 except RuntimeError as _error:
     _ok = False
     print("gradcheck stopped:", str(_error)[:300])
@@ -524,11 +561,50 @@ def encode_recursive(model, tree):
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_encode_recursive"}
+### BEGIN HIDDEN TESTS
+# (first, so that test_batched_equal has it even when a check here fails)
+def _reference_model(seed, hidden_size, embed_size):
+    """A TreeLSTM with weights from `seed` whose cell runs exercise 2's formulas, so that
+    what is observed here depends on encode_recursive / encode_batched only."""
+    gen = torch.Generator().manual_seed(seed)
+    model = TreeLSTM(hidden_size=hidden_size, embed_size=embed_size)
+    with torch.no_grad():
+        for _, p in sorted(model.named_parameters()):
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    cell, H = model.cell, hidden_size
+
+    def forward(x, child_h, child_c, parent):
+        n = x.shape[0]
+        wx = cell.W(x)
+        h_sum = x.new_zeros(n, H).index_add(0, parent, child_h)
+        i, o, u = (wx[:, : 3 * H] + cell.U_iou(h_sum)).chunk(3, dim=1)
+        f = torch.sigmoid(wx[parent, 3 * H :] + cell.U_f(child_h))
+        c = torch.sigmoid(i) * torch.tanh(u) + x.new_zeros(n, H).index_add(0, parent, f * child_c)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+    cell.forward = forward
+    return model
+
+
+### END HIDDEN TESTS
 torch.manual_seed(3)
 _model = TreeLSTM(hidden_size=8, embed_size=4)
 _tree = parse("[MAX 2 9 [MIN 4 7 ] 0 ]")
-with CallCounter(_model.cell) as _count:
-    _h, _c = encode_recursive(_model, _tree)
+_error = None
+try:
+    with CallCounter(_model.cell) as _count:
+        _h, _c = encode_recursive(_model, _tree)
+except (IndexError, RuntimeError) as _e:
+    if "out of bounds" not in str(_e):
+        raise
+    _error = str(_e).strip().splitlines()[0]
+check(
+    _error is None,
+    f"encode_recursive({to_string(_tree)}) stopped with: {_error}. Most likely the cell got "
+    "a parent index too large for its x. An inner node calls the cell with x of one row (its "
+    "own token), and all its children belong to that one node: parent must be 0 for every "
+    "child row, not 0, 1, 2, ...",
+)
 check(
     tuple(_h.shape) == (1, 8) and tuple(_c.shape) == (1, 8),
     f"encode_recursive should return (h, c) of shape (1, hidden_size); got {tuple(_h.shape)}.",
@@ -582,29 +658,6 @@ for _ in range(10):
     assert _count.calls == n_nodes(_t)
     _rh, _rc = _ref_rec(_model, _t)
     assert torch.allclose(_h, _rh, atol=1e-6) and torch.allclose(_c, _rc, atol=1e-6)
-
-
-def _reference_model(seed, hidden_size, embed_size):
-    """A TreeLSTM with weights from `seed` whose cell runs exercise 2's formulas, so that
-    what is observed here depends on encode_recursive / encode_batched only."""
-    gen = torch.Generator().manual_seed(seed)
-    model = TreeLSTM(hidden_size=hidden_size, embed_size=embed_size)
-    with torch.no_grad():
-        for _, p in sorted(model.named_parameters()):
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
-    cell, H = model.cell, hidden_size
-
-    def forward(x, child_h, child_c, parent):
-        n = x.shape[0]
-        wx = cell.W(x)
-        h_sum = x.new_zeros(n, H).index_add(0, parent, child_h)
-        i, o, u = (wx[:, : 3 * H] + cell.U_iou(h_sum)).chunk(3, dim=1)
-        f = torch.sigmoid(wx[parent, 3 * H :] + cell.U_f(child_h))
-        c = torch.sigmoid(i) * torch.tanh(u) + x.new_zeros(n, H).index_add(0, parent, f * child_c)
-        return torch.sigmoid(o) * torch.tanh(c), c
-
-    cell.forward = forward
-    return model
 
 
 _refmodel = _reference_model(73, hidden_size=8, embed_size=4)
@@ -683,8 +736,11 @@ print("roots:", toy_roots)
 # 1. `tokens, children, roots = flatten(trees)`; compute every node's height (post-order
 #    means a node's children have their heights already when you reach it);
 # 2. keep the states of finished nodes: for example `h_all = torch.zeros(N, H)` and the same
-#    for `c`, updated **out of place** after each level with
-#    `h_all = h_all.index_copy(0, level_ids, h)` (in place would break autograd);
+#    for `c`, updated after each level with `h_all = h_all.index_copy(0, level_ids, h)`.
+#    This update is **out of place** (a new tensor each time), the safe habit. Writing in
+#    place, `h_all[level_ids] = h`, happens to work here, because reading rows by index saves
+#    only the indices for backward; but writing in place into a tensor that autograd saved
+#    for its backward pass (the input of a multiplication, say) makes `backward()` fail;
 # 3. for each height $k = 1, 2, \dots$: take the nodes of that height, embed their tokens,
 #    gather their children's states (`h_all[child_ids]`), build `parent` (position of each
 #    child's node within the level), and call the cell once;
@@ -773,29 +829,6 @@ for _size in (1, 7, 33):
     assert abs(_lr - _lb) < 1e-5
     for _name in _gr:
         assert torch.allclose(_gr[_name], _gb[_name], atol=1e-5), _name
-
-
-def _reference_model(seed, hidden_size, embed_size):
-    """A TreeLSTM with weights from `seed` whose cell runs exercise 2's formulas, so that
-    what is observed here depends on encode_recursive / encode_batched only."""
-    gen = torch.Generator().manual_seed(seed)
-    model = TreeLSTM(hidden_size=hidden_size, embed_size=embed_size)
-    with torch.no_grad():
-        for _, p in sorted(model.named_parameters()):
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
-    cell, H = model.cell, hidden_size
-
-    def forward(x, child_h, child_c, parent):
-        n = x.shape[0]
-        wx = cell.W(x)
-        h_sum = x.new_zeros(n, H).index_add(0, parent, child_h)
-        i, o, u = (wx[:, : 3 * H] + cell.U_iou(h_sum)).chunk(3, dim=1)
-        f = torch.sigmoid(wx[parent, 3 * H :] + cell.U_f(child_h))
-        c = torch.sigmoid(i) * torch.tanh(u) + x.new_zeros(n, H).index_add(0, parent, f * child_c)
-        return torch.sigmoid(o) * torch.tanh(c), c
-
-    cell.forward = forward
-    return model
 
 
 _refmodel = _reference_model(74, hidden_size=16, embed_size=8)

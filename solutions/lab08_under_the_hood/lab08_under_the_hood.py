@@ -14,8 +14,9 @@
 # works the way PyTorch's does: every operation **records** its inputs and a function that
 # knows how to differentiate it *while the forward code runs*, and `backward()` walks that
 # record in reverse. Nothing about the model is declared in advance, which is exactly what
-# "define-by-run" means. Your engine must reproduce PyTorch's gradients for every worked
-# example of labs 1 to 4, DynamicNet included.
+# "define-by-run" means. Your engine must reproduce PyTorch's gradients for the worked
+# examples of labs 1 to 3 (the recurrent cell, $f(x, y, z)$, a shared weight) and for lab 5's
+# DynamicNet.
 #
 # Part B looks at the other side. `torch.compile` and `torch.export` want a *graph* they
 # can optimise or save, and a graph is exactly what Python control flow does not give
@@ -767,6 +768,15 @@ _kept = _v * 3.0
 backward(_kept, retain_graph=True)
 backward(_kept, retain_graph=True)
 check(np.isclose(_v.grad, 6.0), "With retain_graph=True every time, the graph must stay usable.")
+_u = Tensor(2.0, requires_grad=True)
+_mid = _u * 3.0
+backward(_mid * _mid)
+check(
+    _mid.grad is None,
+    "After backward(), an intermediate tensor (here u * 3.0) has a .grad: only leaves get .grad. "
+    "Keep the gradients of intermediate tensors in your dict and let them go at the end, as "
+    "PyTorch does (unless retain_grad() is called).",
+)
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
@@ -1012,10 +1022,15 @@ random.seed(0)
 report = explain(net, batch)
 
 # %% [markdown]
-# Read the printout: where did the break happen, and why? To put `range(n)` into a graph
-# the compiler must know `n`, and `n` comes from Python's `random` module, which is not a
-# tensor operation. Does that mean a compiled DynamicNet keeps its first throw forever? Do
-# not guess: count. The backend below hands each graph back unchanged (no optimisation),
+# Read the printout: where did the break happen, and why? It is on the `for` line, and the
+# reason is a `Tensor.item()` call. The call to `random.randint` is not the problem: the
+# compiler runs it and hands the number it drew to the graph as an input, a value that may
+# change from call to call (`x * random.randint(0, 3)` alone compiles into one graph). The
+# problem is `range(n)`: to know how many times the loop runs, Python needs `n` as a plain
+# `int`, and getting a Python number out of a value held in the graph is exactly `.item()`,
+# which the compiler does not trace by default (`capture_scalar_outputs=False`). So the
+# graph stops before the loop, and a second one starts once `n` is known. Does that mean a
+# compiled DynamicNet keeps its first throw forever? Do not guess: count. The backend below hands each graph back unchanged (no optimisation),
 # but numbers it and notes every time it runs. For each call we find the depth by
 # comparing with the eager network at each fixed depth.
 
@@ -1073,9 +1088,9 @@ print("randomness frozen by compilation?", "yes" if len(calls) == 1 else "no")
 # the compiler make these decisions, run a script with the environment variable
 # `TORCH_LOGS=graph_breaks,recompiles`.)
 #
-# Seed 000's second model is worse for a compiler: a loop that runs *while a property of
-# the data* holds. Here the condition is a tensor, so its value is only known when the
-# data is there.
+# Lab 5's `NormLoopNet` is worse for a compiler: its loop runs *while a property of the
+# data* holds (the activations' norm is below a target). Here is the same kind of loop in a
+# few lines. The condition is a tensor, so its value is only known when the data is there.
 
 
 # %%
@@ -1145,9 +1160,23 @@ def branchy_cond(x, w1, w2):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_branchy_cond", "points": 2}
-def _breaks(fn, *args):
+def _graphs_and_breaks(fn, *args):
+    """How many graphs TorchDynamo made of fn(*args), and how many graph breaks."""
     torch._dynamo.reset()
-    return torch._dynamo.explain(fn)(*args).graph_break_count
+    _report = torch._dynamo.explain(fn)(*args)
+    return _report.graph_count, _report.graph_break_count
+
+
+def _one_graph_message(name, graphs, breaks, fix):
+    """What to say when fn is not compiled into exactly one graph (None if it is)."""
+    if graphs == 0:
+        return (
+            f"{name} could not be compiled into one graph: the compiler gave up on it and made no "
+            f"graph at all. {fix}"
+        )
+    if breaks != 0 or graphs != 1:
+        return f"{name} has {breaks} graph break(s) ({graphs} graphs). {fix}"
+    return None
 
 
 _x = torch.randn(5, 4)
@@ -1159,10 +1188,11 @@ for _sign in (1.0, -1.0):
         isinstance(_got, torch.Tensor) and torch.allclose(_got, branchy(_xs, _w1, _w2)),
         f"branchy_cond differs from branchy when x.sum() is {'positive' if _sign > 0 else 'negative'}.",
     )
-_n = _breaks(branchy_cond, _x, _w1, _w2)
-check(
-    _n == 0, f"branchy_cond still has {_n} graph break(s): use torch.cond instead of a Python if."
+_graphs, _n = _graphs_and_breaks(branchy_cond, _x, _w1, _w2)
+_message = _one_graph_message(
+    "branchy_cond", _graphs, _n, "Use torch.cond instead of a Python if on a tensor."
 )
+check(_message is None, _message)
 torch._dynamo.reset()
 try:
     _compiled = torch.compile(branchy_cond, backend="eager", fullgraph=True)
@@ -1178,7 +1208,7 @@ check(
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-observe("graph breaks of branchy_cond", _n)
+observe("graphs and graph breaks of branchy_cond", [_graphs, _n])
 _gen = torch.Generator().manual_seed(87)
 for _trial in range(4):
     _x = torch.randn(3, 4, dtype=torch.float64, generator=_gen) + (1.0 if _trial % 2 else -1.0)
@@ -1216,8 +1246,9 @@ print(exported.graph_module.code.strip())
 
 # %% [markdown]
 # And PyTorch's own gradients through `cond`: the branch that did not run gives its weight a
-# gradient of zeros, where eager `branchy` leaves it `None` (it was not in that call's
-# graph at all, as seed 000's answer explains).
+# gradient of zeros, where eager `branchy` leaves it `None`: it was not in that call's graph
+# at all, like the layers of a branch not taken in lab 5's `BranchingNet`, or the middle layer
+# at depth 0 in labs 5 and 6.
 
 # %%
 w1g, w2g = torch.randn(4, 2, requires_grad=True), torch.randn(4, 2, requires_grad=True)
@@ -1268,11 +1299,11 @@ check(
     torch.allclose(grow_bounded(_done, w_grow), _done),
     "An input that is already large must come back unchanged.",
 )
-_n = _breaks(grow_bounded, _x, w_grow)
-check(
-    _n == 0,
-    f"grow_bounded has {_n} graph break(s): no Python if/while on a tensor, use torch.where.",
+_graphs, _n = _graphs_and_breaks(grow_bounded, _x, w_grow)
+_message = _one_graph_message(
+    "grow_bounded", _graphs, _n, "No Python if or while on a tensor: use torch.where."
 )
+check(_message is None, _message)
 torch._dynamo.reset()
 try:
     _compiled = torch.compile(grow_bounded, backend="eager", fullgraph=True)
@@ -1285,7 +1316,7 @@ check(torch.allclose(_got, grow(_x, w_grow)), "The compiled grow_bounded differs
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-observe("graph breaks of grow_bounded", _n)
+observe("graphs and graph breaks of grow_bounded", [_graphs, _n])
 _gen = torch.Generator().manual_seed(88)
 for _trial in range(5):
     _x = (torch.randn(2, 4, generator=_gen) * 0.5).clamp(-2, 2)
