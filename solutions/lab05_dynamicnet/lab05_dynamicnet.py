@@ -267,22 +267,27 @@ def reference_forward(model, x, depth, middle_weights=None):
     return F.log_softmax(model.output_linear(h), dim=1)
 
 
+def run_on_images(name, fn, x):
+    """fn(x) for a batch of images x of shape (N, 1, 28, 28); a shape error is explained."""
+    try:
+        return fn(x)
+    except NotImplementedError:
+        raise
+    except RuntimeError as error:
+        if "shape" not in str(error):
+            raise
+        check(
+            False,
+            f"{name} failed on a batch of images of shape {tuple(x.shape)}: flatten x to "
+            f"(batch, 784) before input_linear, which expects 784 inputs. ({str(error)[:80]})",
+        )
+
+
 # %% nbgrader={"grade": true, "points": 3, "grade_id": "test_dynamicnet"}
 _model = DynamicNet()
 _x, _y = torch.randn(6, 1, 28, 28), torch.randint(0, 10, (6,))
 _rng = CountingRandom(0)
-try:
-    _out = _model(_x, rng=_rng)
-except NotImplementedError:
-    raise
-except RuntimeError as _error:
-    if "shape" not in str(_error):
-        raise
-    check(
-        False,
-        "DynamicNet failed on a batch of images of shape (6, 1, 28, 28): flatten x to "
-        f"(batch, 784) before input_linear, which expects 784 inputs. ({str(_error)[:80]})",
-    )
+_out = run_on_images("DynamicNet", lambda x: _model(x, rng=_rng), _x)
 check(
     _rng.calls == 1,
     f"forward called rng.randint {_rng.calls} times: draw the depth once, from the rng you are given.",
@@ -422,18 +427,7 @@ def per_use_grads(model, x, target, depth):
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_per_use_grads"}
 _model = DynamicNet()
 _x, _y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
-try:
-    _grads = per_use_grads(_model, _x, _y, 3)
-except NotImplementedError:
-    raise
-except RuntimeError as _error:
-    if "shape" not in str(_error):
-        raise
-    check(
-        False,
-        "per_use_grads failed on a batch of images of shape (8, 1, 28, 28): flatten x to "
-        f"(batch, 784) before input_linear, as DynamicNet does. ({str(_error)[:80]})",
-    )
+_grads = run_on_images("per_use_grads", lambda x: per_use_grads(_model, x, _y, 3), _x)
 check(
     isinstance(_grads, list) and len(_grads) == 3,
     "At depth 3 per_use_grads should return a list of 3 gradients.",
