@@ -189,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         help="skip running the solution notebooks for the grader's reference observations",
     )
     args = parser.parse_args(argv)
-    if unknown_labs(args.labs):
-        print(f"make build: {unknown_labs(args.labs)}", file=sys.stderr)
+    if complaint := unknown_labs(args.labs):
+        print(f"make build: {complaint}", file=sys.stderr)
         return 2
     try:
         release = build(labs=args.labs or None)

@@ -195,8 +195,8 @@ def command(args: argparse.Namespace) -> int:
         students = write_class(REPO, LABS, REPO / "labs")
         print(f"wrote {len(students)} demo submissions under submitted/")
         return 0
-    if unknown_labs(args.labs):
-        print(unknown_labs(args.labs), file=sys.stderr)
+    if complaint := unknown_labs(args.labs):
+        print(complaint, file=sys.stderr)
         return 2
     return check(args.labs or LABS, args.workers)
 

@@ -504,8 +504,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=REPO, help="the course folder (default: repo)")
     args = parser.parse_args(argv)
     labs = args.labs or LABS
-    if unknown_labs(labs):
-        print(unknown_labs(labs), file=sys.stderr)
+    if complaint := unknown_labs(labs):
+        print(complaint, file=sys.stderr)
         return 2
     report = grade_class(args.root.resolve(), labs=labs, workers=args.workers)
     print()

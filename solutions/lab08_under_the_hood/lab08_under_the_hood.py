@@ -1030,9 +1030,10 @@ report = explain(net, batch)
 # `int`, and getting a Python number out of a value held in the graph is exactly `.item()`,
 # which the compiler does not trace by default (`capture_scalar_outputs=False`). So the
 # graph stops before the loop, and a second one starts once `n` is known. Does that mean a
-# compiled DynamicNet keeps its first throw forever? Do not guess: count. The backend below hands each graph back unchanged (no optimisation),
-# but numbers it and notes every time it runs. For each call we find the depth by
-# comparing with the eager network at each fixed depth.
+# compiled DynamicNet keeps its first throw forever? Do not guess: count. The backend below
+# hands each graph back unchanged (no optimisation), but numbers it and notes every time it
+# runs. For each call we find the depth by comparing with the eager network at each fixed
+# depth.
 
 
 # %%
