@@ -89,7 +89,7 @@ def source_notebook(lab: str, path: Path | None = None) -> nbformat.NotebookNode
     nb = jupytext.reads(text, fmt="py:percent")
     nb.metadata.pop("jupytext", None)
     nb.metadata["language_info"] = {"name": "python"}
-    seen = set()
+    seen, anchor, after = set(), "top", 0
     for index, cell in enumerate(nb.cells):
         bad = cell.metadata.get("incorrectly_encoded_metadata")
         if bad is not None:  # jupytext keeps a header it cannot parse as text, silently
@@ -115,9 +115,11 @@ def source_notebook(lab: str, path: Path | None = None) -> nbformat.NotebookNode
         if short is not None:
             at = where(path, text, f'"{short.get("grade_id")}"', index)
             cell.metadata["nbgrader"] = full_nbgrader_metadata(short, at)
-            cell_id = short["grade_id"]
-        else:
-            cell_id = f"cell-{index:03d}"
+            cell_id = anchor = short["grade_id"]
+            after = 0
+        else:  # named after the graded cell above it, so inserting a cell renames few others
+            after += 1
+            cell_id = f"{anchor}--{after}"
         if cell_id in seen:
             lines = ", ".join(map(str, header_lines(text, f'"{cell_id}"'))) or "?"
             raise SourceError(f"{path}, lines {lines}: grade_id {cell_id!r} is used twice")

@@ -214,8 +214,19 @@ def test_a_good_source_builds(tmp_path):
     good = tmp_path / "good.py"
     good.write_text(GOOD_CELLS)
     nb = source_notebook("good", path=good)
-    assert [c.id for c in nb.cells] == ["cell-000", "answer"]
+    assert [c.id for c in nb.cells] == ["top--1", "answer"]
     assert nb.cells[1].metadata["nbgrader"]["solution"] is True
+
+
+def test_inserting_a_cell_renames_only_its_neighbours(tmp_path):
+    """Plain cells are named after the graded cell above them, so the release diff stays small."""
+    ids = []
+    for extra in ("", "# %%\nnew = 1\n\n"):
+        source = tmp_path / "lab.py"
+        source.write_text(extra + GOOD_CELLS + "\n# %%\nprint(x)\n\n# %%\nprint(x + 1)\n")
+        ids.append([c.id for c in source_notebook("lab", path=source).cells])
+    assert ids[0] == ["top--1", "answer", "answer--1", "answer--2"]
+    assert ids[1] == ["top--1", "top--2", "answer", "answer--1", "answer--2"]
 
 
 def test_make_build_reports_a_bad_lab_in_one_line(capsys):
