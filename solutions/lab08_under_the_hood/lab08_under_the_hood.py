@@ -1162,10 +1162,11 @@ def branchy_cond(x, w1, w2):
 
 # %% nbgrader={"grade": true, "grade_id": "test_branchy_cond", "points": 2}
 def _graphs_and_breaks(fn, *args):
-    """How many graphs TorchDynamo made of fn(*args), and how many graph breaks."""
+    """How many graphs TorchDynamo made of fn(*args), how many graph breaks, and their calls."""
     torch._dynamo.reset()
     _report = torch._dynamo.explain(fn)(*args)
-    return _report.graph_count, _report.graph_break_count
+    _calls = [str(_node.target) for _graph in _report.graphs for _node in _graph.graph.nodes]
+    return _report.graph_count, _report.graph_break_count, _calls
 
 
 def _one_graph_message(name, graphs, breaks, fix):
@@ -1189,11 +1190,17 @@ for _sign in (1.0, -1.0):
         isinstance(_got, torch.Tensor) and torch.allclose(_got, branchy(_xs, _w1, _w2)),
         f"branchy_cond differs from branchy when x.sum() is {'positive' if _sign > 0 else 'negative'}.",
     )
-_graphs, _n = _graphs_and_breaks(branchy_cond, _x, _w1, _w2)
+_graphs, _n, _calls = _graphs_and_breaks(branchy_cond, _x, _w1, _w2)
 _message = _one_graph_message(
     "branchy_cond", _graphs, _n, "Use torch.cond instead of a Python if on a tensor."
 )
 check(_message is None, _message)
+check(
+    any("cond" in _call for _call in _calls),
+    "branchy_cond compiles into one graph, but without torch.cond (torch.where?), so it "
+    "computes both branches and keeps one. This exercise asks for torch.cond: its graph holds "
+    "both branches and runs only the one chosen (the next cells look for that cond node).",
+)
 torch._dynamo.reset()
 try:
     _compiled = torch.compile(branchy_cond, backend="eager", fullgraph=True)
@@ -1300,7 +1307,7 @@ check(
     torch.allclose(grow_bounded(_done, w_grow), _done),
     "An input that is already large must come back unchanged.",
 )
-_graphs, _n = _graphs_and_breaks(grow_bounded, _x, w_grow)
+_graphs, _n, _ = _graphs_and_breaks(grow_bounded, _x, w_grow)
 _message = _one_graph_message(
     "grow_bounded", _graphs, _n, "No Python if or while on a tensor: use torch.where."
 )
