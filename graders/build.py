@@ -117,7 +117,7 @@ def source_notebook(lab: str, path: Path | None = None) -> nbformat.NotebookNode
             cell.metadata["nbgrader"] = full_nbgrader_metadata(short, at)
             cell_id = anchor = short["grade_id"]
             after = 0
-        else:  # named after the graded cell above it, so inserting a cell renames few others
+        else:  # named after the nearest nbgrader cell above, so an insertion renames few ids
             after += 1
             cell_id = f"{anchor}--{after}"
         if cell_id in seen:
