@@ -219,7 +219,7 @@ def test_a_good_source_builds(tmp_path):
 
 
 def test_inserting_a_cell_renames_only_its_neighbours(tmp_path):
-    """Plain cells are named after the graded cell above them, so the release diff stays small."""
+    """A plain cell is named after the nearest nbgrader cell above it: small release diffs."""
     ids = []
     for extra in ("", "# %%\nnew = 1\n\n"):
         source = tmp_path / "lab.py"
