@@ -317,21 +317,25 @@ show_graph(*walk(out))
 ### BEGIN HIDDEN TESTS
 # Defined before the visible checks, so that test_walk_shared can use it even when a check
 # here fails (a failed check stops the rest of its cell).
-def _canonical_graph(result, t):
-    """walk(t)'s answer with the student's free choices (order) taken out: nodes and edges
-    named by their place in a fixed breadth-first numbering of t's graph, then sorted."""
-    number, order = {}, [t.grad_fn] if t.grad_fn is not None else []
-    for n in order:
-        if id(n) not in number:
-            number[id(n)] = len(number)
-            order.extend(c for c, _ in n.next_functions if c is not None)
+def _graph_record(result, made_by, leaves):
+    """walk(t)'s answer in words that do not depend on the order the student chose: a node is
+    named by the tensor it made (`made_by`: name -> tensor), an AccumulateGrad node by the
+    tensor it fills (`leaves`: name -> tensor), anything else by its class; lists sorted."""
+    named = [(t.grad_fn, name) for name, t in made_by.items()]  # keeps the node objects alive
 
     def label(n):
-        name = type(n).__name__.rstrip("0123456789")
-        return f"{number[id(n)]:03d} {name}" if id(n) in number else f"??? {name}"
+        if hasattr(n, "variable"):
+            return next(
+                (f"AccumulateGrad of {name}" for name, v in leaves.items() if n.variable is v),
+                "AccumulateGrad of another tensor",
+            )
+        return next((name for node, name in named if node is n), f"another {type(n).__name__}")
 
+    if not isinstance(result, tuple | list) or len(result) != 2:
+        return {"returned": type(result).__name__}
     nodes, edges = result
     return {
+        "returned": f"{type(result).__name__} of {type(nodes).__name__}, {type(edges).__name__}",
         "first": label(nodes[0]) if nodes else None,
         "nodes": sorted(label(n) for n in nodes),
         "edges": sorted([label(p), label(c)] for p, c in edges),
@@ -363,18 +367,43 @@ check(
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-with torch.no_grad():
-    _untracked = Wh @ h
+# a recurrent cell step of other sizes, on new random inputs, every tensor kept to name its node
 _gen = torch.Generator().manual_seed(11)
+_Wh_new = torch.randn(4, 4, requires_grad=True, generator=_gen)
+_Wx_new = torch.randn(4, 3, requires_grad=True, generator=_gen)
+_x_new, _h_new = torch.randn(3, 1, generator=_gen), torch.randn(4, 1, generator=_gen)
+_cell = {"Wx @ x": _Wx_new @ _x_new, "Wh @ h": _Wh_new @ _h_new}
+_cell["Wx @ x + Wh @ h"] = _cell["Wx @ x"] + _cell["Wh @ h"]
+_cell["tanh"] = torch.tanh(_cell["Wx @ x + Wh @ h"])
+_cell["sum"] = _cell["tanh"].sum()
+observe(
+    "walk(t) on a new recurrent cell step (4 hidden units, 3 inputs, random values)",
+    _graph_record(walk(_cell["sum"]), _cell, {"Wh": _Wh_new, "Wx": _Wx_new}),
+    hint="Follow every entry of next_functions, not only the first: the add node has two inputs.",
+)
+_no_graph_hint = "When t.grad_fn is None there is no graph: return ([], []), with no None inside."
+observe(
+    "walk(t) on a leaf t that requires a gradient (the new random Wh)",
+    _graph_record(walk(_Wh_new), {}, {"Wh": _Wh_new}),
+    hint=_no_graph_hint,
+)
+with torch.no_grad():
+    _untracked = _Wh_new @ _h_new
+observe(
+    "walk(t) on Wh @ h computed under torch.no_grad()",
+    _graph_record(walk(_untracked), {}, {"Wh": _Wh_new}),
+    hint=_no_graph_hint,
+)
+# a chain of one-input operations on a new random leaf p
 _p = torch.randn(4, requires_grad=True, generator=_gen)
-_chain = _p.exp().log().mul(3).sum()
-for _name, _t in (("out", out), ("Wh", Wh), ("untracked", _untracked), ("chain", _chain)):
-    observe(f"walk({_name})", _canonical_graph(walk(_t), _t))
-assert walk(_untracked) == ([], [])
-_n = [_chain.grad_fn]
-while _n[-1].next_functions:
-    _n.append(_n[-1].next_functions[0][0])
-assert not _graph_problems(walk(_chain), _chain, _n, list(zip(_n, _n[1:], strict=False)))
+_chain = {"p.exp()": _p.exp()}
+_chain["p.exp().log()"] = _chain["p.exp()"].log()
+_chain["p.exp().log().mul(3)"] = _chain["p.exp().log()"].mul(3)
+_chain["p.exp().log().mul(3).sum()"] = _chain["p.exp().log().mul(3)"].sum()
+observe(
+    "walk(t) on t = p.exp().log().mul(3).sum() for a new random leaf p",
+    _graph_record(walk(_chain["p.exp().log().mul(3).sum()"]), _chain, {"p": _p}),
+)
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_walk_shared"}
@@ -401,41 +430,63 @@ check(not _problems, "walk((u.sin() + u.cos()).sum()): " + " ".join(_problems))
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-
-def _reference_walk(t):
-    if t.grad_fn is None:
-        return [], []
-    order, pairs, stack, seen = [], [], [t.grad_fn], set()
-    while stack:
-        n = stack.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        order.append(n)
-        for c, _ in n.next_functions:
-            if c is not None:
-                pairs.append((n, c))
-                stack.append(c)
-    return order, pairs
-
-
-# a recurrent cell unrolled over 3 steps: Wh and Wx are shared by every step
+_shared_hint = (
+    "A node reached along two paths is still one node (remember the nodes already visited), "
+    "and every non-None entry of next_functions is one edge, even when two entries are equal."
+)
+# a new leaf used twice, and a new intermediate tensor used by two branches
 _gen = torch.Generator().manual_seed(12)
-_hs = torch.randn(3, 1, generator=_gen)
-for _ in range(3):
-    _hs = torch.tanh(Wx @ torch.randn(2, 1, generator=_gen) + Wh @ _hs)
-_rnn = _hs.sum()
-# a diamond with a leaf used by two different operations, and a multi-output op
+_b = torch.randn(5, requires_grad=True, generator=_gen)
+_square = {"b * b": _b * _b}
+_square["(b * b).sum()"] = _square["b * b"].sum()
+observe(
+    "walk(t) on t = (b * b).sum() for a new random leaf b",
+    _graph_record(walk(_square["(b * b).sum()"]), _square, {"b": _b}),
+    hint=_shared_hint,
+)
+_W = torch.randn(3, 4, requires_grad=True, generator=_gen)
+_v = torch.randn(4, 1, generator=_gen)
+_branches = {"W @ v": _W @ _v}
+_branches["sin"] = _branches["W @ v"].sin()
+_branches["cos"] = _branches["W @ v"].cos()
+_branches["sin + cos"] = _branches["sin"] + _branches["cos"]
+_branches["sum"] = _branches["sin + cos"].sum()
+observe(
+    "walk(t) on t = (u.sin() + u.cos()).sum() with u = W @ v (new random W and v)",
+    _graph_record(walk(_branches["sum"]), _branches, {"W": _W}),
+    hint=_shared_hint,
+)
+# a recurrent cell unrolled over 3 steps: Wh and Wx are shared by every step
+_Wh_new = torch.randn(3, 3, requires_grad=True, generator=_gen)
+_Wx_new = torch.randn(3, 2, requires_grad=True, generator=_gen)
+_rnn, _hs = {}, torch.randn(3, 1, generator=_gen)
+for _k in (1, 2, 3):
+    _rnn[f"step {_k}: Wx @ x"] = _Wx_new @ torch.randn(2, 1, generator=_gen)
+    _rnn[f"step {_k}: Wh @ h"] = _Wh_new @ _hs
+    _rnn[f"step {_k}: add"] = _rnn[f"step {_k}: Wx @ x"] + _rnn[f"step {_k}: Wh @ h"]
+    _rnn[f"step {_k}: tanh"] = _hs = torch.tanh(_rnn[f"step {_k}: add"])
+_rnn["sum of the last h"] = _hs.sum()
+observe(
+    "walk(t) on a recurrent cell unrolled over 3 steps (Wh and Wx shared by every step)",
+    _graph_record(walk(_rnn["sum of the last h"]), _rnn, {"Wh": _Wh_new, "Wx": _Wx_new}),
+    hint=_shared_hint,
+)
+# a diamond with a leaf used by two different operations, and a two-output operation
 _q = torch.randn(4, requires_grad=True, generator=_gen)
 _r = torch.randn(4, requires_grad=True, generator=_gen)
-_left, _right = (_q * _r + _q).split(2)
-_diamond = (_left * _right).sum() + _q.sum()
-for _name, _t in (("a * a", _sq), ("sin + cos", _out2), ("rnn", _rnn), ("diamond", _diamond)):
-    observe(f"walk({_name})", _canonical_graph(walk(_t), _t))
-for _t in (_rnn, _diamond):
-    _ref_nodes, _ref_edges = _reference_walk(_t)
-    assert not _graph_problems(walk(_t), _t, _ref_nodes, _ref_edges)
-    assert len(walk(_t)[0]) == len(_ref_nodes)
+_diamond = {"q * r": _q * _r}
+_diamond["q * r + q"] = _diamond["q * r"] + _q
+_left, _right = _diamond["q * r + q"].split(2)
+_diamond["split"] = _left  # both halves come from the one SplitBackward0 node
+_diamond["left * right"] = _left * _right
+_diamond["(left * right).sum()"] = _diamond["left * right"].sum()
+_diamond["q.sum()"] = _q.sum()
+_diamond["(left * right).sum() + q.sum()"] = _diamond["(left * right).sum()"] + _diamond["q.sum()"]
+observe(
+    "walk(t) on t = (left * right).sum() + q.sum() with left, right = (q * r + q).split(2)",
+    _graph_record(walk(_diamond["(left * right).sum() + q.sum()"]), _diamond, {"q": _q, "r": _r}),
+    hint=_shared_hint,
+)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -524,6 +575,10 @@ def _same_name(predicted, actual):
 
 
 check(
+    "predictions" in globals(),
+    "predictions is not defined yet: fill in the dictionary in the exercise cell above and run it.",
+)
+check(
     isinstance(predictions, dict),
     "predictions should be a dict: expression -> (requires_grad, is_leaf, grad_fn).",
 )
@@ -569,12 +624,11 @@ check(
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-# the predictions, with the optional trailing digits of the node names taken off
+# each prediction as given, with the optional trailing digits of a node name taken off
 observe(
-    "predictions",
-    [
-        [
-            _expression,
+    "your predictions (requires_grad, is_leaf, grad_fn) for each expression",
+    {
+        _expression: [
             predictions[_expression][0],
             predictions[_expression][1],
             predictions[_expression][2].rstrip("0123456789")
@@ -582,10 +636,10 @@ observe(
             else predictions[_expression][2],
         ]
         for _expression in EXPRESSIONS
-    ],
+    },
+    hint="An operation's result is tracked only if an input requires a gradient and recording "
+    "is on; requires_grad and is_leaf are True or False, grad_fn a name or None.",
 )
-assert all(isinstance(_p[0], bool) and isinstance(_p[1], bool) for _p in predictions.values())
-assert all(_same_name(predictions[_e][2], _actual(_e)[2]) for _e in EXPRESSIONS)
 ### END HIDDEN TESTS
 
 # %%
@@ -655,11 +709,13 @@ from grader_observe import observe
 _gen = torch.Generator().manual_seed(13)
 _w1 = torch.randn(2, 2, requires_grad=True, generator=_gen)
 _w2 = torch.randn(2, 2, requires_grad=True, generator=_gen)
+_w3 = torch.randn(2, 2, requires_grad=True, generator=_gen)
 _unused = torch.randn(2, 2, requires_grad=True, generator=_gen)
 _inp = torch.randn(2, 1, generator=_gen)
 _hid = torch.tanh(_w1 @ _inp)
 _loss = (_w2 @ _hid + _w1 @ _hid).sum()
-_names = {id(Wh): "Wh", id(Wx): "Wx", id(a): "a", id(_w1): "w1", id(_w2): "w2"}
+_cut = (_w1.detach() @ _inp).sum() * (_w3 @ _inp + _w3 @ _hid.detach()).sum()
+_names = {id(Wh): "Wh", id(Wx): "Wx", id(a): "a", id(_w1): "w1", id(_w2): "w2", id(_w3): "w3"}
 _names[id(_unused)] = "unused"
 
 
@@ -668,17 +724,34 @@ def _which(tensors):
     return sorted(_names.get(id(v), "other") for v in tensors)
 
 
-_cases = (("out", out), ("a * a", (a * a).sum()), ("loss", _loss))
-for _name, _t in _cases:
-    observe(f"leaves({_name})", _which(leaves(_t)))
-_got = leaves(_loss)
-assert _ids(_got) == _ids([_w1, _w2])
-_loss.backward()
-assert _w1.grad is not None and _w2.grad is not None and _unused.grad is None
-# a leaf has no graph behind it: [] and [the leaf itself] are both fine answers
-_leaf_ok = leaves(_w1) == [] or _ids(leaves(_w1)) == [id(_w1)]
-observe("leaves(w1) is [] or [w1]", _leaf_ok)
-assert _leaf_ok
+_once_hint = "Each leaf once: a tensor used twice hangs from one AccumulateGrad node."
+observe("leaves(t) on the recurrent cell's out", _which(leaves(out)))
+observe("leaves(t) on (a * a).sum()", _which(leaves((a * a).sum())), hint=_once_hint)
+observe(
+    "leaves(t) on a new two-layer loss that uses w1 twice and w2 once (unused is left out)",
+    _which(leaves(_loss)),
+    hint=_once_hint,
+)
+observe(
+    "leaves(t) on a new loss that uses w1 only through w1.detach(), and w3 twice",
+    _which(leaves(_cut)),
+    hint="Only the AccumulateGrad nodes of t's graph count: detach() cuts w1 off the graph.",
+)
+# a leaf has no graph behind it: [] and [the leaf itself] are both right, so w1 is taken out once
+_got = _which(leaves(_w1))
+if "w1" in _got:
+    _got.remove("w1")
+observe("leaves(t) on the leaf w1 itself, apart from w1 (both [] and [w1] are right)", _got)
+# leaves(t) only reads the graph: it runs no backward() and changes no tensor
+observe(
+    "w1, w2, w3 and unused after all the calls to leaves(t) above: requires_grad and .grad",
+    {
+        f"{_n}.{_attr}": getattr(_t, _attr)
+        for _n, _t in (("w1", _w1), ("w2", _w2), ("w3", _w3), ("unused", _unused))
+        for _attr in ("requires_grad", "grad")
+    },
+    hint="leaves(t) should only read the graph: no backward(), no change to the tensors.",
+)
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -143,20 +143,21 @@ check(
 from grader_observe import observe
 
 _gen = torch.Generator().manual_seed(2)
-for _ in range(3):
-    _Wh = torch.randn(3, 3, requires_grad=True, generator=_gen)
-    _Wx = torch.randn(3, 2, requires_grad=True, generator=_gen)
-    _x, _h = torch.randn(2, 1, generator=_gen), torch.randn(3, 1, generator=_gen)
+for _draw, (_n_h, _n_x) in enumerate(((3, 2), (3, 2), (4, 5)), start=1):
+    _Wh = torch.randn(_n_h, _n_h, requires_grad=True, generator=_gen)
+    _Wx = torch.randn(_n_h, _n_x, requires_grad=True, generator=_gen)
+    _x, _h = torch.randn(_n_x, 1, generator=_gen), torch.randn(_n_h, 1, generator=_gen)
     _out, _next_h = recurrent_step(_Wh, _Wx, _x, _h)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        observe("step", [_out, _Wh.grad, _Wx.grad, _next_h.grad], atol=1e-6)
-    _a = _Wx @ _x + _Wh @ _h
-    assert torch.allclose(_out, torch.tanh(_a).sum())
-    _da = 1 - torch.tanh(_a) ** 2
-    assert torch.allclose(_Wh.grad, _da @ _h.T, atol=1e-6)
-    assert torch.allclose(_Wx.grad, _da @ _x.T, atol=1e-6)
-    assert _next_h.grad is not None and torch.equal(_next_h.grad, torch.ones(3, 1))
+        observe(
+            f"recurrent_step(Wh, Wx, x, h) on random inputs with {_n_h} hidden units and "
+            f"{_n_x} inputs, draw {_draw} of 3",
+            {"out": _out, "Wh.grad": _Wh.grad, "Wx.grad": _Wx.grad, "next_h.grad": _next_h.grad},
+            atol=1e-6,
+            hint="out is tanh(Wx @ x + Wh @ h).sum(), with one out.backward(); next_h.grad is "
+            "kept only if next_h.retain_grad() runs before it.",
+        )
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -222,9 +223,12 @@ from grader_observe import observe
 
 for _v in (-1.5, 0.5, 3.0):
     _w = torch.tensor(_v, requires_grad=True, dtype=torch.float64)
-    _g = backward_twice(_w)
-    observe("w.grad", _g)
-    assert abs(_g.item() - 6 * _v**2) < 1e-9
+    observe(
+        f"backward_twice(w) on w = {_v} (float64)",
+        backward_twice(_w),
+        hint="y = w ** 3, then y.backward(retain_graph=True) and y.backward(): the two "
+        "gradients add up in w.grad, which is what to return.",
+    )
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -295,10 +299,29 @@ check(
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-Wh.grad = torch.full((3, 3), 5.0)  # stale gradient from an earlier pass must not leak in
-_values = fresh_gradients(5)
-observe("values", _values, atol=1e-6)
-assert len(_values) == 5 and all(abs(v - _expected) < 1e-6 for v in _values)
+# new random values in the tensors forward() reads (in place, and put back afterwards), and a
+# stale gradient from an earlier pass that must not leak in
+_gen = torch.Generator().manual_seed(3)
+_saved, _saved_grad = [_t.detach().clone() for _t in (Wh, Wx, x, h)], Wh.grad
+try:
+    for _n in (5, 2):
+        with torch.no_grad():
+            for _t in (Wh, Wx, x, h):
+                _t.copy_(torch.randn(_t.shape, generator=_gen))
+        Wh.grad = torch.randn(3, 3, generator=_gen)
+        observe(
+            f"fresh_gradients({_n}) after new random values were put in Wh, Wx, x and h, "
+            "with a stale Wh.grad left from before the call",
+            fresh_gradients(_n),
+            atol=1e-6,
+            hint="Values that grow from pass to pass, or that start off wrong, mean the "
+            "gradient accumulates: reset Wh.grad before each backward(), including the first.",
+        )
+finally:
+    with torch.no_grad():
+        for _t, _value in zip((Wh, Wx, x, h), _saved, strict=True):
+            _t.copy_(_value)
+    Wh.grad = _saved_grad
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -373,6 +396,12 @@ ax.legend()
 plt.show()
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_f_leaves"}
+_undefined = [_name for _name in ("x", "y", "z", "f") if _name not in globals()]
+check(
+    not _undefined,
+    f"{', '.join(_undefined)} not defined yet: your exercise 4 cell should create x, y and z,"
+    " compute p, q and f from them, and call f.backward().",
+)
 for _name, _t in [("x", x), ("y", y), ("z", z)]:
     check(
         _t.is_leaf and _t.requires_grad,
@@ -389,12 +418,28 @@ check(
 from grader_observe import observe
 
 # as numbers: a float64 or one-element tensor is as right as a float32 scalar
-observe("f, x, y, z and their grads", [t.item() for t in (f, x, y, z, x.grad, y.grad, z.grad)])
-assert abs(f.item() - 18.0) < 1e-6
-assert x.item() == -2.0 and y.item() == 2.0 and z.item() == 3.0
+observe(
+    "f, x, y, z and the gradients df/dx, df/dy, df/dz at the point you chose",
+    {
+        "f": f.item(),
+        "x": x.item(),
+        "y": y.item(),
+        "z": z.item(),
+        "df/dx": x.grad.item(),
+        "df/dy": y.grad.item(),
+        "df/dz": z.grad.item(),
+    },
+    hint="df/dy = z, df/dz = x**2 + y and df/dx = 2*x*z: choose z first, then x, then y.",
+)
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_f_intermediates"}
+_undefined = [_name for _name in ("x", "y", "z", "p", "q", "f") if _name not in globals()]
+check(
+    not _undefined,
+    f"{', '.join(_undefined)} not defined yet: your exercise 4 cell should compute p = x**2,"
+    " q = p + y and f = q * z.",
+)
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     check(
@@ -413,20 +458,40 @@ check(abs(q.grad.item() - 3) < 1e-6, f"df/dq = z should be 3, got {q.grad.item()
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
+
+def _inputs(t):
+    """The names of the tensors t was computed from, read off t.grad_fn (sorted, once each)."""
+    made = [(p.grad_fn, "p"), (q.grad_fn, "q")]  # the nodes that made p and q
+    given = [("x", x), ("y", y), ("z", z)]  # the leaves, found through their AccumulateGrad
+    found = set()
+    for node, _index in t.grad_fn.next_functions if t.grad_fn is not None else ():
+        if node is None:
+            found.add("a tensor that needs no gradient")
+        elif hasattr(node, "variable"):
+            found.add(next((k for k, v in given if node.variable is v), "another leaf"))
+        else:
+            found.add(next((k for n, k in made if n is node), f"another {type(node).__name__}"))
+    return sorted(found)
+
+
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     # p may be x**2, x * x or torch.square(x): only its value and where it comes from count
-    _p_from_x = p.grad_fn is not None and any(
-        _n is not None and getattr(_n, "variable", None) is x for _n, _ in p.grad_fn.next_functions
-    )
-    _nodes = [type(t.grad_fn).__name__.rstrip("0123456789") for t in (q, f)]
     observe(
-        "p, q, f: grads, p's value and input, nodes",
-        [p.grad.item(), q.grad.item(), p.item(), _p_from_x, _nodes],
+        "p, q and f: df/dp, df/dq, p's value, what each was computed from, q's and f's nodes",
+        {
+            "df/dp": p.grad.item(),
+            "df/dq": q.grad.item(),
+            "p": p.item(),
+            "p computed from": _inputs(p),
+            "q computed from": _inputs(q),
+            "f computed from": _inputs(f),
+            "q's node": type(q.grad_fn).__name__.rstrip("0123456789"),
+            "f's node": type(f.grad_fn).__name__.rstrip("0123456789"),
+        },
+        hint="Build f in steps from x, y and z: p = x**2, q = p + y, f = q * z, and call "
+        "p.retain_grad() and q.retain_grad() before f.backward().",
     )
-assert _p_from_x and abs(p.item() - 4.0) < 1e-6
-assert q.grad_fn is not None and type(q.grad_fn).__name__.startswith("AddBackward")
-assert f.grad_fn is not None and type(f.grad_fn).__name__.startswith("MulBackward")
 ### END HIDDEN TESTS
 
 # %% [markdown]
