@@ -20,16 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from graders.build import build, nbgrader  # noqa: E402
-from graders.course import LABS  # noqa: E402
+from graders.build import build  # noqa: E402
+from graders.course import LABS, prepare_data  # noqa: E402
 from graders.demo import write_class  # noqa: E402
-from graders.grade import (  # noqa: E402
-    grade_class,
-    prepare_data,
-    prepare_references,
-    read_scores,
-    worker_count,
-)
+from graders.grade import grade_class, read_scores, worker_count  # noqa: E402
+from graders.judge import prepare_references  # noqa: E402
+from graders.nbgrader_cli import nbgrader  # noqa: E402
 
 
 def main() -> int:

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,6 +23,7 @@ import jupytext
 import nbformat
 
 from graders.course import LABS, REPO, SOLUTIONS, lab_source, unknown_labs
+from graders.nbgrader_cli import nbgrader
 
 NBGRADER_SCHEMA = 3
 SHORT_KEYS = {"grade_id", "solution", "grade", "points", "locked", "task"}
@@ -135,26 +134,6 @@ def write_sources(root: Path, labs: list[str]) -> None:
         nbformat.write(source_notebook(lab), out)
 
 
-def nbgrader_env(env: dict | None = None) -> dict[str, str]:
-    """The environment of a process that runs nbgrader on this course (cwd: REPO)."""
-    env = dict(os.environ, **(env or {}))
-    # hidden tests import grader_observe, wherever the kernel runs (graders/judge.py)
-    paths = [str(REPO / "graders" / "kernel"), env.get("PYTHONPATH", "")]
-    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    # nbgrader calls the `alembic` script of its own environment by name.
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
-
-
-def nbgrader(
-    *args: str, root: Path = REPO, timeout: float | None = None, env: dict | None = None
-) -> subprocess.CompletedProcess:
-    """Run the nbgrader CLI on the course in `root`, configured by REPO/nbgrader_config.py."""
-    env = nbgrader_env(env)
-    cmd = [sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={root}"]
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-
-
 def build(root: Path = REPO, labs: list[str] | None = None, release: Path | None = None) -> Path:
     """Write the source notebooks under root/build/source and the release under `release`.
 
@@ -201,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"built {len(args.labs or LABS)} lab(s) into {release.relative_to(REPO)}/")
     if not args.no_reference:
-        from graders.grade import prepare_references
+        from graders.judge import prepare_references
 
         start = time.monotonic()
         prepare_references(REPO, args.labs or LABS)

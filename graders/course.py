@@ -22,3 +22,19 @@ def unknown_labs(labs: list[str]) -> str | None:
     if unknown:
         return f"no such lab: {', '.join(unknown)} (labs: {', '.join(LABS)})"
     return None
+
+
+def prepare_data(labs: list[str]) -> dict[str, str]:
+    """Environment for the kernels: where the course data lives (prepared once, here)."""
+    import os
+
+    env = {}
+    if "lab05_dynamicnet" in labs:
+        try:
+            from data import mnist
+        except ImportError:
+            return env
+        root = Path(os.environ.get("COURSE_DATA_ROOT", REPO / "data" / "cache"))
+        mnist.prepare(root)
+        env["COURSE_DATA_ROOT"] = str(root)
+    return env

@@ -1,59 +1,53 @@
-"""Feedback that says which hidden test failed and why, without showing its code.
+"""Feedback from a template: the student's notebook as text, and the grader's own sentences.
 
-nbgrader's feedback is the autograded notebook as HTML, so hidden tests (restored into the
-test cells at grading time) would be shown to the student, both in the cell and in the code
-lines of a traceback. `HideHiddenTests` runs inside `nbgrader generate_feedback` (see
-nbgrader_config.py): it removes the hidden regions from each test cell and reduces a failed
-test cell's traceback to its last line (the error and its message), saying whether the
-failure came from a visible check or from a hidden test.
+nbgrader's feedback is the autograded notebook as HTML. `TemplateFeedback` runs inside
+``nbgrader generate_feedback`` (see nbgrader_config.py) and keeps of it only what the grader
+trusts:
+
+* the text and code of the notebook (the student's own answers, the released cells);
+* each test cell's visible checks, with its hidden regions removed, and, as its only output,
+  the judge's sentence (graders/judge.py): passed, or which check failed and why;
+* no output the kernel wrote, in any cell: a hostile kernel could print the hidden tests'
+  code there (an event hook sees every cell's source), or HTML and script.
+
+So a student reads which check failed and what to fix, never the hidden tests, the
+reference's values or anything another notebook wrote.
 """
 
 from __future__ import annotations
 
-import re
-
+import nbformat
 from nbgrader.preprocessors import ClearHiddenTests
-from nbgrader.utils import is_grade
+from nbgrader.utils import is_grade, is_solution
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-CELL_LINE = re.compile(r"Cell In\[\d+\], line (\d+)")
+from graders.judge import VERDICT
 
-
-def hidden_lines(source: str, begin: str, end: str) -> set[int]:
-    """1-based numbers of the lines in hidden regions, markers included (a test cell may have
-    more than one: helpers other test cells need come first, before the visible checks)."""
-    hidden, inside = set(), False
-    for number, line in enumerate(source.split("\n"), 1):
-        if begin in line:
-            inside = True
-        if inside:
-            hidden.add(number)
-        if end in line:
-            inside = False
-    return hidden
+NOTE = (
+    "**Feedback.** Each check below says whether it passed, or what it found wrong. "
+    "The outputs of your cells are not repeated here: run your notebook to see them."
+)
 
 
-def failing_line(traceback: list[str]) -> int | None:
-    """The line of the test cell itself where the error was raised (the first cell frame)."""
-    for frame in traceback:
-        match = CELL_LINE.search(ANSI.sub("", frame))
-        if match:
-            return int(match.group(1))
-    return None
+class TemplateFeedback(ClearHiddenTests):
+    def preprocess(self, nb, resources):
+        nb, resources = super().preprocess(nb, resources)
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell(NOTE))
+        return nb, resources
 
-
-class HideHiddenTests(ClearHiddenTests):
     def preprocess_cell(self, cell, resources, cell_index):
-        if cell.cell_type != "code" or not is_grade(cell):
+        if cell.cell_type != "code":
             return cell, resources
-        hidden = hidden_lines(cell.source, self.begin_test_delimeter, self.end_test_delimeter)
-        if hidden:
-            self._remove_hidden_test_region(cell)
-        for output in cell.get("outputs", []):
-            if output.output_type != "error":
-                continue
-            line = failing_line(output.get("traceback", []))
-            where = "a hidden test" if line in hidden else "a visible check"
-            message = f"{output.ename}: {output.evalue}" if output.evalue else output.ename
-            output.traceback = [f"This part failed in {where}.", message]
+        if is_grade(cell) and not is_solution(cell):
+            if self.begin_test_delimeter in cell.source:
+                self._remove_hidden_test_region(cell)
+            verdict = cell.metadata.get(VERDICT)
+            verdict = verdict if isinstance(verdict, dict) else {}
+            sentence = verdict.get("sentence")
+            if not isinstance(sentence, str):
+                sentence = "Not graded by this course's grader: see your instructor."
+            name = "stdout" if verdict.get("kind") == "passed" else "stderr"
+            cell.outputs = [nbformat.v4.new_output("stream", name=name, text=sentence + "\n")]
+        else:
+            cell.outputs = []
+        cell.execution_count = None
         return cell, resources

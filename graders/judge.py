@@ -1,123 +1,425 @@
-"""A verdict the student's code cannot reach.
+"""The verdict of every test cell, decided outside the student's kernel.
 
-A test cell runs in the student's kernel, after the student's code, so anything it
-computes there can be subverted: a replaced ``run_cell`` that never runs the test, a
-silenced traceback, a patched ``torch.allclose``. nbgrader's verdict (did the cell raise?)
-is therefore only half of the grade. The other half comes from here, outside the kernel:
+A test cell runs in the student's kernel, after the student's code, so nothing it computes
+there can be trusted: a replaced ``run_cell`` that never runs the test, a silenced
+traceback, a patched ``torch.allclose``, a frame inspector that reads expected values. So
+hidden tests bring no expected value and no pass/fail decision into the kernel: they call
+the student's code on hidden inputs and ``observe(name, value)`` what came back
+(graders/kernel/grader_observe.py), and this module decides:
 
-* hidden tests call ``observe(name, value)`` (defined in every lab's setup cell) on what the
-  student's code produced for the hidden inputs; each call leaves a JSON record in the cell's
-  outputs and nothing in the kernel knows what the right value is;
-* the grader runs the instructor's solution notebook, in a kernel no student code touched,
-  and records the same observations there (`reference_observations`);
-* `verdicts` compares, cell by cell, the student's records with the reference's, in order,
-  with the tolerances the *reference* asked for.
+* `reference_observations` runs the instructor's solution notebook, in a kernel no student
+  code touched, and collects the same records (made once per release by `make build`,
+  kept in build/reference/, see `cached_reference`);
+* `JudgeRecords`, a step of nbgrader's own autograde (nbgrader_config.py), parses each test
+  cell's records against a strict schema, compares them with the reference's (with the
+  reference's tolerances), and replaces the cell's outputs by one sentence of its own: passed,
+  or which check failed and what kind of answer was wrong (never an expected value). nbgrader's
+  SaveAutoGrades then scores the cell from that sentence: an error means 0. So ``make
+  autograde``, ``nbgrader autograde`` and the formgrader's button grade alike.
 
-A test cell earns its points only if nbgrader passes it and its observations match. Forging
-a record only helps by writing the right values, which is solving the exercise.
+Nothing the kernel printed in a test cell is kept (a hostile kernel could print the hidden
+code there), and output to stderr never costs points by itself: only a failed check does.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 
 import nbformat
+from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader.utils import is_grade, is_solution
+from traitlets import Unicode
 
 MIME = "application/vnd.dyngraph.observation+json"
+BEGIN, END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
+VERDICT = "verdict"  # cell metadata key of the judge's verdict in the graded notebook
+
+MAX_RECORDS = 500  # per test cell
+MAX_ITEMS = 2_000_000  # numbers, strings and containers in one cell's records
+MAX_DEPTH = 32
+MAX_TEXT = 500  # characters of a name or a hint
+
+
+class Malformed(ValueError):
+    """A record that does not follow the schema; the message says how, in words."""
+
+
+# ---------------------------------------------------------------------------- records
+
+
+def _check_value(value, budget: list[int], depth: int = 0) -> None:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise Malformed("the records are too large")
+    if depth > MAX_DEPTH:
+        raise Malformed("a record is nested too deeply")
+    if value is None or isinstance(value, bool | int | str):
+        if isinstance(value, str) and len(value) > 10_000:
+            raise Malformed("a record holds an over-long string")
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise Malformed("a record holds a number that is not finite")
+        return
+    if isinstance(value, list):
+        for item in value:
+            _check_value(item, budget, depth + 1)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise Malformed("a record has a key that is not text")
+            _check_value(item, budget, depth + 1)
+        return
+    raise Malformed(f"a record holds a value of type {type(value).__name__}")
+
+
+def parse_record(raw, budget: list[int]) -> dict:
+    """One record, checked against the schema: {name, value, rtol, atol[, hint]}."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            raise Malformed("a record is not valid JSON") from None
+    if not isinstance(raw, dict):
+        raise Malformed("a record is not a JSON object")
+    if (
+        not {"name", "value", "rtol", "atol"}
+        <= set(raw)
+        <= {"name", "value", "rtol", "atol", "hint"}
+    ):
+        raise Malformed("a record does not have the fields name, value, rtol, atol")
+    name, hint = raw["name"], raw.get("hint")
+    if not isinstance(name, str) or len(name) > MAX_TEXT:
+        raise Malformed("a record's name is not a short text")
+    if hint is not None and (not isinstance(hint, str) or len(hint) > MAX_TEXT):
+        raise Malformed("a record's hint is not a short text")
+    for key in ("rtol", "atol"):
+        tol = raw[key]
+        if isinstance(tol, bool) or not isinstance(tol, int | float) or not 0 <= tol < math.inf:
+            raise Malformed(f"a record's {key} is not a number >= 0")
+    _check_value(raw["value"], budget)
+    return {"name": name, "value": raw["value"], "rtol": float(raw["rtol"]),
+            "atol": float(raw["atol"]), "hint": hint}  # fmt: skip
+
+
+def cell_records(cell) -> list[dict]:
+    """The records of one test cell, in output order; raises Malformed."""
+    rows, budget = [], [MAX_ITEMS]
+    for output in cell.get("outputs", []):
+        data = output.get("data", {}) if output.get("output_type") == "display_data" else {}
+        if isinstance(data, dict) and MIME in data:
+            if len(rows) >= MAX_RECORDS:
+                raise Malformed(f"more than {MAX_RECORDS} records")
+            rows.append(parse_record(data[MIME], budget))
+    return rows
+
+
+def test_cells(nb):
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and is_grade(cell) and not is_solution(cell):
+            yield index, cell
 
 
 def records(nb) -> dict[str, list[dict]]:
-    """The observation records of each test cell (by grade_id), in output order."""
-    found: dict[str, list[dict]] = {}
-    for cell in nb.cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.cell_type != "code" or not meta.get("grade"):
-            continue
-        rows = found.setdefault(meta["grade_id"], [])
-        for output in cell.get("outputs", []):
-            data = output.get("data", {}) if output.get("output_type") == "display_data" else {}
-            if MIME in data:
-                record = data[MIME]
-                rows.append(json.loads(record) if isinstance(record, str) else dict(record))
-    return found
+    """The records of each test cell (by grade_id) of a notebook the grader trusts."""
+    return {cell.metadata.nbgrader["grade_id"]: cell_records(cell) for _, cell in test_cells(nb)}
 
 
-def _close(ref, got, rtol: float, atol: float) -> bool:
-    if isinstance(ref, bool) or ref is None or isinstance(ref, str):
-        return type(ref) is type(got) and ref == got
-    if isinstance(ref, (int, float)):
-        if isinstance(got, bool) or not isinstance(got, (int, float)):
-            return False
-        return math.isclose(ref, got, rel_tol=rtol, abs_tol=atol)
+# ---------------------------------------------------------------------------- comparison
+
+
+def _is_tensor(value) -> bool:
+    return isinstance(value, dict) and set(value) == {"tensor", "shape", "dtype"}
+
+
+def _kind(value) -> str:
+    if value is None:
+        return "None"
+    if _is_tensor(value):
+        return "a tensor"
+    kinds = {bool: "True/False", int: "a number", float: "a number", str: "text", list: "a list"}
+    return kinds.get(type(value), "named values" if isinstance(value, dict) else "something else")
+
+
+def _close_numbers(ref, got, rtol: float, atol: float) -> bool:
     if isinstance(ref, list):
         return (
             isinstance(got, list)
             and len(ref) == len(got)
-            and all(_close(r, g, rtol, atol) for r, g in zip(ref, got, strict=True))
+            and all(_close_numbers(r, g, rtol, atol) for r, g in zip(ref, got, strict=True))
         )
+    if isinstance(ref, bool) or isinstance(got, bool):
+        return type(ref) is type(got) and ref == got
+    if isinstance(ref, int | float) and isinstance(got, int | float):
+        return math.isclose(ref, got, rel_tol=rtol, abs_tol=atol)
+    return type(ref) is type(got) and ref == got
+
+
+def difference(ref, got, rtol: float, atol: float, where: str = "") -> str | None:
+    """How `got` differs from `ref`, in words that name the part and never a value of ref."""
+    part = where or "the result"
+    if _is_tensor(ref):
+        if not _is_tensor(got):
+            return f"{part} is {_kind(got)} where the solution gives a tensor"
+        if ref["shape"] != got["shape"]:
+            return f"{part} has shape {tuple(got['shape'])}, not the shape the solution gives"
+        if ref["dtype"] != got["dtype"]:
+            return f"{part} has dtype {got['dtype']}, not the dtype the solution gives"
+        if not _close_numbers(ref["tensor"], got["tensor"], rtol, atol):
+            return f"{part} has the wrong values"
+        return None
+    if ref is None or got is None or isinstance(ref, bool) or isinstance(got, bool):
+        if type(ref) is not type(got):
+            return f"{part} is {_kind(got)} where the solution gives {_kind(ref)}"
+        return None if ref == got else f"{part} is {got} where the solution gives {ref}"
+    if isinstance(ref, int | float):
+        if not isinstance(got, int | float):
+            return f"{part} is {_kind(got)} where the solution gives a number"
+        return None if math.isclose(ref, got, rel_tol=rtol, abs_tol=atol) else f"{part} is wrong"
+    if isinstance(ref, str):
+        if not isinstance(got, str):
+            return f"{part} is {_kind(got)} where the solution gives text"
+        return None if ref == got else f"{part} is not what the solution gives"
+    if isinstance(ref, list):
+        if not isinstance(got, list):
+            return f"{part} is {_kind(got)} where the solution gives a list"
+        if len(ref) != len(got):
+            return f"{part} has {len(got)} items, not as many as the solution gives"
+        for i, (r, g) in enumerate(zip(ref, got, strict=True)):
+            why = difference(r, g, rtol, atol, f"{where}[{i}]" if where else f"item {i}")
+            if why:
+                return why
+        return None
     if isinstance(ref, dict):
-        return (
-            isinstance(got, dict)
-            and ref.keys() == got.keys()
-            and all(_close(ref[k], got[k], rtol, atol) for k in ref)
-        )
-    return False
+        if not isinstance(got, dict):
+            return f"{part} is {_kind(got)} where the solution gives named values"
+        for key in ref:
+            name = f"{where}.{key}" if where else key
+            if key not in got:
+                return f"{name} is missing"
+            why = difference(ref[key], got[key], rtol, atol, name)
+            if why:
+                return why
+        extra = sorted(set(got) - set(ref))
+        return f"{part} has an unexpected part {extra[0]!r}" if extra else None
+    return f"{part} cannot be compared"
 
 
 def compare(reference: list[dict], student: list[dict]) -> str | None:
-    """None when the student's records match the reference's, else why not (no values)."""
+    """None when the student's records match the reference's, else a sentence saying which
+    check and what kind of answer was wrong (names and kinds, never the expected values)."""
     for i, ref in enumerate(reference):
         if i >= len(student):
-            return f"the check stopped before recording {ref['name']!r}"
+            return f"the check did not get as far as '{ref['name']}'"
         got = student[i]
         if got.get("name") != ref["name"]:
-            return f"expected a record of {ref['name']!r} next, found {got.get('name')!r}"
-        rtol, atol = float(ref.get("rtol", 1e-5)), float(ref.get("atol", 1e-8))
-        if not _close(ref.get("value"), got.get("value"), rtol, atol):
-            return f"{ref['name']!r} is not what the reference solution gives"
+            return f"'{ref['name']}' was expected next, the check recorded something else"
+        why = difference(ref["value"], got["value"], ref["rtol"], ref["atol"])
+        if why:
+            hint = f" ({ref['hint']})" if ref.get("hint") else ""
+            return f"{ref['name']}: {why}{hint}"
     if len(student) > len(reference):
-        return f"unexpected extra record {student[len(reference)].get('name')!r}"
+        return "the check recorded more results than the solution does"
     return None
 
 
-def verdicts(reference: dict[str, list[dict]], student_nb) -> dict[str, str]:
-    """Test cells (grade_id -> reason) whose observations do not match the reference."""
-    student = records(student_nb)
-    failed = {}
-    for grade_id, expected in reference.items():
-        if expected:
-            reason = compare(expected, student.get(grade_id, []))
-            if reason:
-                failed[grade_id] = reason
-    return failed
+# ---------------------------------------------------------------------------- verdicts
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+CELL_LINE = re.compile(r"(?:Cell In\[\d+\]|<ipython-input-\d+-[0-9a-f]+>), line (\d+)")
+SAFE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,60}")
+
+
+def hidden_lines(source: str, begin: str = BEGIN, end: str = END) -> set[int]:
+    """1-based numbers of the lines in hidden regions, markers included (a test cell may have
+    more than one: helpers other test cells need come first, before the visible checks)."""
+    hidden, inside = set(), False
+    for number, line in enumerate(source.split("\n"), 1):
+        if begin in line:
+            inside = True
+        if inside:
+            hidden.add(number)
+        if end in line:
+            inside = False
+    return hidden
+
+
+def failing_line(traceback: list) -> int | None:
+    """The line of the test cell itself where the error was raised (its first cell frame)."""
+    for frame in traceback if isinstance(traceback, list) else []:
+        match = CELL_LINE.search(ANSI.sub("", str(frame)))
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def _error_name(output) -> str:
+    name = str(output.get("ename", ""))
+    return name if SAFE_NAME.fullmatch(name) else "an error"
+
+
+def _template(node: ast.expr) -> str | None:
+    """The text of a check's message as written in the release, placeholders as '…'."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(
+            v.value if isinstance(v, ast.Constant) else "…" for v in node.values
+        )  # fmt: skip
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _template(node.left), _template(node.right)
+        return None if left is None or right is None else left + right
+    return None
+
+
+def visible_failure(source: str, line: int | None, ename: str) -> str:
+    """Words for a failed visible check at `line`, from the released source only."""
+    if line is None:
+        return f"A visible check failed with {ename}."
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        tree = None
+    calls = [
+        node
+        for node in (ast.walk(tree) if tree else [])
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) == "check"
+        and node.lineno <= line <= (node.end_lineno or node.lineno)
+        and len(node.args) >= 2
+    ]
+    if calls and ename in ("CheckFailed", "AssertionError"):
+        message = _template(calls[-1].args[1])
+        if message:
+            return f"A visible check failed: {message}"
+    lines = source.split("\n")
+    text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+    why = ""
+    if ename == "NameError":
+        why = " (a name it needs is not defined: did an exercise cell above fail, or not run?)"
+    return f"A visible check stopped at line {line} (`{text[:100]}`) with {ename}{why}."
+
+
+LIMIT_ENAMES = {"MemoryError": "it hit the memory cap"}
+
+
+def verdict(cell, index: int, reference: list[dict], limits: dict) -> tuple[str, str]:
+    """(kind, sentence) of one test cell: kind is passed, not_answered, visible, hidden,
+    records, limit; the sentence is the grader's own, shown in place of the outputs."""
+    errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+    hidden = hidden_lines(cell.source)
+    if index in limits or str(index) in limits:
+        why = limits.get(index) or limits.get(str(index))
+        return "limit", f"Not graded to the end: {why}."
+    if errors:
+        first = errors[0]
+        ename = _error_name(first)
+        if ename == "NotImplementedError":
+            return (
+                "not_answered",
+                "Not answered yet: an exercise this check uses still raises NotImplementedError.",
+            )
+        if ename in LIMIT_ENAMES:
+            return "limit", f"Not graded to the end: {LIMIT_ENAMES[ename]}."
+        line = failing_line(first.get("traceback", []))
+        if line in hidden:
+            try:
+                got = cell_records(cell)
+            except Malformed:
+                got = []
+            pending = reference[len(got)]["name"] if len(got) < len(reference) else None
+            during = f" while checking '{pending}'" if pending else ""
+            return "hidden", (
+                f"A hidden check called your code on other inputs{during}, and it raised "
+                f"{ename}: run your code on other sizes and values to find out why."
+            )
+        return "visible", visible_failure(cell.source, line, ename)
+    try:
+        got = cell_records(cell)
+    except Malformed as why:
+        return "records", f"A hidden check's results could not be read ({why}): graded 0."
+    if reference:
+        why = compare(reference, got)
+        if why:
+            return "hidden", f"A hidden check failed: {why}."
+    elif got:
+        return "records", "A hidden check's results could not be read (unexpected records)."
+    return "passed", "Passed."
+
+
+class JudgeRecords(NbGraderPreprocessor):
+    """A step of nbgrader's autograde, after Execute and before SaveAutoGrades: every test
+    cell's outputs become the judge's verdict (see the module's docstring)."""
+
+    reference_dir = Unicode(
+        "", help="folder of <lab>.json reference records (default: <course>/build/reference)"
+    ).tag(config=True)
+
+    def preprocess(self, nb, resources):
+        info = resources.get("nbgrader", {})
+        lab = info.get("assignment")
+        limits = resources.get("sandbox_limits", {})
+        reference = self._reference(lab, resources)
+        for index, cell in test_cells(nb):
+            grade_id = cell.metadata.nbgrader["grade_id"]
+            kind, sentence = verdict(cell, index, reference.get(grade_id, []), limits)
+            cell.metadata[VERDICT] = {"kind": kind, "sentence": sentence}
+            if kind == "passed":
+                cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=sentence)]
+            else:
+                cell.outputs = [
+                    nbformat.v4.new_output(
+                        "error", ename="CheckFailed", evalue=sentence, traceback=[sentence]
+                    )
+                ]
+        return nb, resources
+
+    def _reference(self, lab: str | None, resources: dict) -> dict[str, list[dict]]:
+        from nbgrader.coursedir import CourseDirectory
+
+        coursedir = CourseDirectory(config=self.config)
+        root = Path(coursedir.root)
+        folder = Path(self.reference_dir) if self.reference_dir else root / "build" / "reference"
+        source = Path(coursedir.format_path(coursedir.source_directory, ".", lab)) / f"{lab}.ipynb"
+        if source.is_file():
+            return cached_reference(source, folder / f"{lab}.json")
+        try:  # no source notebook here: the records made with it, as they are
+            return json.loads((folder / f"{lab}.json").read_text())["observations"]
+        except (OSError, ValueError, KeyError) as error:
+            raise RuntimeError(
+                f"no reference records for {lab} in {folder}: run `make build` ({error})"
+            ) from None
+
+
+# ---------------------------------------------------------------------------- references
 
 
 def reference_observations(
     solution: Path, timeout: int = 600, threads: int | None = None
 ) -> dict[str, list[dict]]:
     """Run the instructor's solution notebook (trusted code only) and collect its records
-    (with the students' number of torch threads, so that both compute alike)."""
+    (with the students' number of torch threads, so that both compute alike). A test cell of
+    the solution that fails is the instructor's mistake: it stops here, by name."""
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
     from nbclient import NotebookClient
+
+    from graders.sandbox import KERNEL_SIDE
 
     nb = nbformat.read(solution, as_version=4)
     with tempfile.TemporaryDirectory(prefix="reference-") as tmp:
         km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=f"{tmp}/kernel")
         client = NotebookClient(
-            nb,
-            km=km,
-            timeout=timeout,
-            resources={"metadata": {"path": tmp}},
-            allow_errors=True,
+            nb, km=km, timeout=timeout, resources={"metadata": {"path": tmp}}, allow_errors=True
         )
-        from graders.sandbox import KERNEL_SIDE
-
         env = dict(os.environ, NBGRADER_EXECUTION="autograde", PYTHONPATH=str(KERNEL_SIDE))
         if threads:
             env["OMP_NUM_THREADS"] = str(threads)
@@ -125,6 +427,13 @@ def reference_observations(
             client.execute(env=env)
         finally:  # the client does not stop a kernel it was handed
             run_sync(km.shutdown_kernel)(now=True)
+    for _, cell in test_cells(nb):
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                raise RuntimeError(
+                    f"{solution}: the solution fails its own test cell "
+                    f"{cell.metadata.nbgrader['grade_id']!r}: {output.ename}: {output.evalue}"
+                )
     return records(nb)
 
 
@@ -147,24 +456,26 @@ def cached_reference(solution: Path, cache: Path) -> dict[str, list[dict]]:
         pass  # missing, stale or damaged: make it again
     observed = reference_observations(solution, threads=KERNEL_THREADS)
     cache.parent.mkdir(parents=True, exist_ok=True)
-    partial = cache.with_suffix(".tmp")
+    partial = cache.with_suffix(f".{os.getpid()}.tmp")
     partial.write_text(json.dumps({"key": key, "observations": observed}))
     partial.replace(cache)
     return observed
 
 
-def mark_failures(nb, failed: dict[str, str]) -> None:
-    """Say in the graded notebook (and so in the feedback) which checks were overruled."""
-    for cell in nb.cells:
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if grade_id in failed and cell.cell_type == "code":
-            cell.outputs.append(
-                nbformat.v4.new_output(
-                    "error",
-                    ename="IndependentCheckFailed",
-                    evalue=failed[grade_id],
-                    traceback=[
-                        "The grader's own check of this part's results failed: " + failed[grade_id]
-                    ],
-                )
-            )
+def prepare_references(root: Path, labs: list[str], workers: int | None = None) -> None:
+    """Run each lab's solution notebook once and keep its records in build/reference/
+    (`make build` does this, so that grading a class only reads them)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from graders.course import prepare_data
+
+    os.environ.update(prepare_data(labs))
+
+    def one(lab: str):
+        solution = root / "build" / "source" / lab / f"{lab}.ipynb"
+        if not solution.is_file():
+            raise SystemExit(f"{solution} is missing: run `make build` first.")
+        return cached_reference(solution, root / "build" / "reference" / f"{lab}.json")
+
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        list(pool.map(one, labs))

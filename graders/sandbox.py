@@ -1,34 +1,52 @@
-"""The kernel a submission is graded in: no network, a read-only world, limits.
+"""The kernel a hand-in is graded in: an allow-list of what it may see, as a host-unprivileged
+user, with limits.
 
-While graders.grade runs nbgrader, nbgrader's Execute step is `SandboxedExecute`, whose
-`SandboxKernelManager` runs each notebook's kernel inside bubblewrap:
+nbgrader's Execute step is `SandboxedExecute` (nbgrader_config.py), whose
+`SandboxKernelManager` starts each notebook's kernel inside bubblewrap:
 
-* a new network namespace (no network) and a new PID namespace (a process the notebook
-  forks cannot outlive the kernel), as an unprivileged user;
-* the whole file system read-only, with the course repository, the temporary folder and
-  the grading scratch area hidden; only the submission's own working folder and a private
-  folder made fresh for the kernel are writable, so the gradebook, other students'
-  submissions and the next student's kernel are out of reach;
-* an address-space cap (a memory bomb raises MemoryError in its cell instead of taking the
-  machine down), a cap on the size of any file the notebook writes, and a wall-clock budget
-  for the whole notebook.
+* **What it sees** (an allow-list): the system's programs and libraries (/usr and its
+  links), the Python environment that runs the grader, graders/kernel (``grader_observe``
+  for the hidden tests), declared read-only data (the MNIST cache), a working folder and a
+  private runtime folder made fresh for this kernel. Nothing else of the machine exists in
+  its view: no /etc, /home, /root, other courses, the repository, the gradebook, the
+  instructor's files or other hand-ins.
+* **Who it is**: when the grader runs as root, the kernel runs as a host user id of its own
+  that owns nothing (a fresh number above 200000, so two kernels never share one); otherwise
+  bubblewrap's user namespace maps it to the grader's own, unprivileged, user. No
+  capabilities, no new privileges.
+* **Its environment** is an allow-list too: PATH, HOME, the locale, the thread count and the
+  scratch folders below; no variable of the grader's (tokens, credentials) passes.
+* **Its working folder** is a size-capped tmpfs inside the sandbox, not nbgrader's
+  autograded folder: whatever the kernel writes (files, links, a replacement notebook) dies
+  with the sandbox, and nothing the grader does afterwards reads, copies or follows it.
+* **Limits**: no network; new PID/IPC/UTS namespaces (a forked process dies with the
+  kernel); memory for all its processes together and a process count (a cgroup, v2 or v1,
+  where the machine lets the grader make one, else per-process address space and
+  RLIMIT_NPROC), a per-process address-space cap (a large allocation raises MemoryError in
+  its own cell), a cap on any one file, a small private /dev/shm, and a wall-clock budget for
+  the whole notebook.
 
-The kernel talks to nbgrader over Unix sockets (ipc transport), which work across the
-network namespace. Where bubblewrap cannot run, grading stops with a
-message instead of silently grading without a sandbox (see `available`).
+The kernel talks to nbgrader over Unix sockets in its private runtime folder (ipc
+transport), which work across the network namespace. Where bubblewrap cannot run, `available`
+says why; `graders.grade` then refuses to grade, and a plain ``nbgrader autograde`` grades
+without a sandbox after saying so once in its log.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
+import secrets
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
+from functools import cache
 from pathlib import Path
 
 import nbformat
@@ -38,23 +56,33 @@ from nbgrader.preprocessors import Execute
 from traitlets import Dict, default
 
 KERNEL_SIDE = Path(__file__).resolve().parent / "kernel"  # grader_observe, for hidden tests
-MEMORY_CAP_BYTES = 8 * 2**30  # address space; torch with dynamo maps about 4 GiB
+MEMORY_CAP_BYTES = 8 * 2**30  # address space per process; torch with dynamo maps about 4 GiB
+GROUP_MEMORY_BYTES = 6 * 2**30  # resident memory of all the kernel's processes (cgroup)
+PROCESS_CAP = 256  # processes and threads of one kernel
 FILE_CAP_BYTES = 64 * 2**20  # the largest file a notebook may write
+WORKDIR_BYTES = 256 * 2**20  # the kernel's working folder (tmpfs), all files together
+SHM_BYTES = 64 * 2**20  # its /dev/shm
 KILL_GRACE_S = 60  # a kernel still running this long after its notebook's budget is killed
 # torch threads of a graded kernel (and of the reference run, so both compute alike): the
 # kernels run side by side, one per core, and more threads than cores make torch crawl
 KERNEL_THREADS = 1
 SETTINGS_ENV = "COURSE_SANDBOX"  # JSON settings from the grader to SandboxKernelManager
+WORKDIR = "/home/student"  # the kernel's working folder and HOME, inside the sandbox
+LOG = logging.getLogger("graders.sandbox")
 
 
+def _bwrap() -> str | None:
+    return shutil.which("bwrap")
+
+
+@cache
 def available() -> str | None:
     """None when sandboxed kernels can run here, else why not."""
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
+    if _bwrap() is None:
         return "bubblewrap (bwrap) is not installed: `apt-get install bubblewrap`"
     probe = subprocess.run(
-        [bwrap, "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--unshare-user",
-         "--perms", "0555", "--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc", "true"],
+        [*_namespaces(), *_system_binds(), "--dev", "/dev", "--proc", "/proc",
+         *_drop_privileges(os.getuid() + 1 if os.getuid() == 0 else None), "/bin/true"],
         capture_output=True, text=True,
     )  # fmt: skip
     if probe.returncode != 0:
@@ -62,88 +90,318 @@ def available() -> str | None:
     return None
 
 
+def _namespaces() -> list[str]:
+    argv = [_bwrap() or "bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc"]
+    argv += ["--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+    if os.getuid() != 0:  # an unprivileged grader: a user namespace, "nobody" inside
+        argv += ["--unshare-user", "--uid", "65534", "--gid", "65534"]
+    return argv
+
+
+def _drop_privileges(uid: int | None) -> list[str]:
+    """As root, bubblewrap mounts with root's rights; the kernel then runs as `uid`."""
+    if uid is None:
+        return []
+    return [
+        "--", shutil.which("setpriv") or "/usr/bin/setpriv",
+        f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+        "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
+    ]  # fmt: skip
+
+
+def _system_binds() -> list[str]:
+    """/usr read-only, and the top-level links or folders that lead into it (/bin, /lib...)."""
+    argv = ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        top = Path("/") / name
+        if top.is_symlink():
+            argv += ["--symlink", os.readlink(top), str(top)]
+        elif top.is_dir():
+            argv += ["--ro-bind", str(top), str(top)]
+    for name in ("ld.so.cache", "localtime"):  # the dynamic linker's cache; the time zone
+        path = Path("/etc") / name
+        if path.exists():
+            argv += ["--ro-bind", str(path.resolve()), str(path)]
+    return argv
+
+
+def python_paths() -> list[Path]:
+    """The folders the kernel's Python needs: this environment and the one it was made from."""
+    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent.parent}
+    paths |= {Path(p) for p in sysconfig.get_paths().values() if p}
+    roots = sorted(p.resolve() for p in paths if p.exists())
+    return [p for p in roots if not any(q != p and q in p.parents for q in roots)]
+
+
+def _readonly(paths: list[Path], taken: set[Path]) -> list[str]:
+    """Bind `paths` read-only, with each parent made as a plain, traversable folder."""
+    argv = []
+    for path in paths:
+        if not path.exists() or str(path).startswith("/usr/"):
+            continue
+        for parent in reversed(path.parents):
+            if parent != Path("/") and parent not in taken:
+                argv += ["--perms", "0755", "--dir", str(parent)]
+                taken.add(parent)
+        argv += ["--ro-bind", str(path), str(path)]
+        taken.add(path)
+    return argv
+
+
+def kernel_env(private: Path, threads: int | None, extra: dict[str, str]) -> dict[str, str]:
+    """The kernel's whole environment: nothing of the grader's passes unless named here."""
+    bindir = str(Path(sys.executable).parent)
+    env = {
+        "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": WORKDIR,
+        "USER": "student",
+        "LOGNAME": "student",
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": str(KERNEL_SIDE),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "NBGRADER_EXECUTION": "autograde",
+        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+    }
+    if threads:
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            env[name] = str(threads)
+    for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # see the machine notes
+        if name in os.environ:
+            env[name] = os.environ[name]
+    # Scratch space of this kernel only (torch, once imported by the grader itself, exports
+    # TORCHINDUCTOR_CACHE_DIR under /tmp, which the kernel would inherit and cannot write).
+    for name, sub in {"TMPDIR": "tmp", "IPYTHONDIR": "ipython", "MPLCONFIGDIR": "matplotlib",
+                      "TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton",
+                      "XDG_CACHE_HOME": "cache"}.items():  # fmt: skip
+        env[name] = f"{WORKDIR}/.{sub}"
+    env.update(extra)
+    return env
+
+
 def kernel_argv(
     command: list[str],
-    workdir: Path,
     private: Path,
-    hide: list[Path],
     readonly: list[Path],
     threads: int | None = None,
+    env: dict[str, str] | None = None,
+    uid: int | None = None,
+    group: list[Path] | None = None,
 ) -> list[str]:
-    """`command` (the kernel's) run in the sandbox; `workdir` and `private` are writable."""
-    argv = [
+    """`command` (the kernel's) in the sandbox. `private` (its connection file and sockets)
+    is the only host folder it may write; its working folder is a tmpfs of its own.
+    `uid`: the host user it runs as (root graders only). `group`: cgroup folders it joins."""
+    argv = []
+    if group:  # join the cgroups first, then become the sandbox (sh is trusted, ours)
+        joins = " && ".join(f"echo $$ > {p}/cgroup.procs" for p in group)
+        argv += ["/bin/sh", "-c", f'{joins} && exec "$@"', "sh"]
+    argv += [
         shutil.which("prlimit") or "prlimit",
         f"--as={MEMORY_CAP_BYTES}",
         f"--fsize={FILE_CAP_BYTES}",
-        shutil.which("bwrap") or "bwrap",
-        "--ro-bind", "/", "/",
-        "--dev", "/dev",
-        "--proc", "/proc",
-        "--unshare-net",
-        "--unshare-pid",
-        "--unshare-ipc",
-        # an unprivileged user inside: the hidden places below are read-only to it
-        "--unshare-user", "--uid", "65534", "--gid", "65534",
-        "--die-with-parent",
-        # ipykernel polls its parent PID; inside the PID namespace its parent is bwrap's init
-        "--unsetenv", "JPY_PARENT_PID",
-        "--unsetenv", SETTINGS_ENV,
-    ]  # fmt: skip
-    for path in hide:
-        argv += ["--perms", "0555", "--tmpfs", str(path)]
-    for path in [*readonly, KERNEL_SIDE]:
-        if path.exists():
-            argv += ["--ro-bind", str(path), str(path)]
-    for path in (workdir, private):
-        argv += ["--bind", str(path), str(path)]
-    for path in hide:  # the folders made to hold the binds above stay read-only too
-        argv += ["--remount-ro", str(path)]
-    argv += ["--setenv", "PYTHONPATH", str(KERNEL_SIDE), "--chdir", str(workdir)]
-    if threads:
-        argv += ["--setenv", "OMP_NUM_THREADS", str(threads)]
-    # Scratch space of this kernel only. (torch, once imported by the grader itself, exports
-    # TORCHINDUCTOR_CACHE_DIR under /tmp, which the kernel would inherit and cannot write.)
-    scratch = {"TMPDIR": "tmp", "IPYTHONDIR": "ipython", "MPLCONFIGDIR": "matplotlib",
-               "TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}  # fmt: skip
-    for name, sub in scratch.items():
-        (private / sub).mkdir(exist_ok=True)
-        argv += ["--setenv", name, str(private / sub)]
-    return argv + command
+        f"--nproc={PROCESS_CAP if uid is not None else _nproc_cap()}",
+        "--core=0",
+        *_namespaces(),
+        "--clearenv",
+        *_system_binds(),
+    ]
+    taken: set[Path] = {Path("/usr")}
+    argv += _readonly([*python_paths(), KERNEL_SIDE, *readonly], taken)
+    argv += ["--dev", "/dev", "--proc", "/proc"]
+    argv += ["--size", str(SHM_BYTES), "--perms", "1777", "--tmpfs", "/dev/shm"]
+    argv += ["--perms", "0755", "--dir", "/home"]
+    argv += ["--size", str(WORKDIR_BYTES), "--perms", "0777", "--tmpfs", WORKDIR]
+    argv += ["--perms", "1777", "--tmpfs", "/tmp"]
+    for parent in reversed(private.parents):
+        if parent != Path("/") and parent not in taken:
+            argv += ["--perms", "0755", "--dir", str(parent)]
+            taken.add(parent)
+    argv += ["--bind", str(private), str(private), "--chdir", WORKDIR]
+    for name, value in kernel_env(private, threads, env or {}).items():
+        argv += ["--setenv", name, value]
+    # the scratch folders the environment names, made by the kernel's own user in its tmpfs
+    made = [f"{WORKDIR}/.{sub}" for sub in
+            ("tmp", "ipython", "matplotlib", "inductor", "triton", "cache")]  # fmt: skip
+    argv += _drop_privileges(uid) or ["--"]
+    script = "mkdir -p " + " ".join(made) + ' && exec "$@"'
+    return [*argv, "/bin/sh", "-c", script, "sh", *command]
+
+
+def _nproc_cap() -> int:
+    """RLIMIT_NPROC counts all processes of the user: an unprivileged grader's own count, plus
+    room for one kernel."""
+    uid = os.getuid()
+    mine = 0
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            if f"Uid:\t{uid}\t" in status.read_text():
+                mine += 1
+        except OSError:
+            continue
+    return mine + PROCESS_CAP
+
+
+class MemoryGroups:
+    """cgroups that cap one kernel's processes together (memory, tmpfs included, and count).
+
+    cgroup v2 where the grader may make groups in its own part of the tree (systemd gives a
+    user one), else cgroup v1's memory and pids controllers where writable (a root grader in
+    most containers), else none: `why_not` says so."""
+
+    def __init__(self) -> None:
+        self.v2 = self._v2_base()
+        self.v1 = None if self.v2 else self._v1_bases()
+        self.why_not = None
+        if not self.v2 and not self.v1:
+            self.why_not = (
+                "no writable cgroup (v2 or v1 memory+pids) for the kernels: memory is capped "
+                f"per process ({MEMORY_CAP_BYTES // 2**30} GiB of address space) and "
+                f"processes by RLIMIT_NPROC, not for all of a kernel's processes together"
+            )
+
+    @staticmethod
+    def _v2_base() -> Path | None:
+        try:
+            own = Path("/proc/self/cgroup").read_text().splitlines()
+        except OSError:
+            return None
+        line = next((row for row in own if row.startswith("0::")), None)
+        if line is None:
+            return None
+        base = Path("/sys/fs/cgroup") / line[3:].lstrip("/")
+        controllers = base / "cgroup.controllers"
+        try:
+            if not {"memory", "pids"} <= set(controllers.read_text().split()):
+                return None
+            probe = base / f"grading-probe-{secrets.token_hex(4)}"
+            probe.mkdir()
+            probe.rmdir()
+        except OSError:
+            return None
+        return base
+
+    @staticmethod
+    def _v1_bases() -> dict[str, Path] | None:
+        bases = {}
+        for controller in ("memory", "pids"):
+            root = Path("/sys/fs/cgroup") / controller
+            try:
+                probe = root / f"grading-probe-{secrets.token_hex(4)}"
+                probe.mkdir()
+                probe.rmdir()
+            except OSError:
+                return None
+            bases[controller] = root
+        return bases
+
+    def make(self, name: str) -> list[Path]:
+        """New groups for one kernel, limits set; [] when there are none to make."""
+        made = []
+        try:
+            if self.v2:
+                group = self.v2 / name
+                group.mkdir()
+                made.append(group)
+                (group / "memory.max").write_text(str(GROUP_MEMORY_BYTES))
+                (group / "memory.swap.max").write_text("0")
+                (group / "pids.max").write_text(str(PROCESS_CAP))
+            elif self.v1:
+                memory = self.v1["memory"] / name
+                memory.mkdir()
+                made.append(memory)
+                (memory / "memory.limit_in_bytes").write_text(str(GROUP_MEMORY_BYTES))
+                swap = memory / "memory.memsw.limit_in_bytes"
+                if swap.exists():
+                    swap.write_text(str(GROUP_MEMORY_BYTES))
+                pids = self.v1["pids"] / name
+                pids.mkdir()
+                made.append(pids)
+                (pids / "pids.max").write_text(str(PROCESS_CAP))
+        except OSError as error:
+            LOG.warning("could not make the kernel's cgroup (%s): rlimits only", error)
+            self.remove(made)
+            return []
+        return made
+
+    @staticmethod
+    def remove(groups: list[Path]) -> None:
+        for group in groups:
+            for _ in range(50):  # the last processes may take a moment to leave
+                try:
+                    group.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
+
+
+@cache
+def memory_groups() -> MemoryGroups:
+    return MemoryGroups()
+
+
+def protections_missing() -> list[str]:
+    """The protections this machine cannot give (said once per class run)."""
+    missing = []
+    if available():
+        missing.append(available())
+    if memory_groups().why_not:
+        missing.append(memory_groups().why_not)
+    return missing
+
+
+def _private_root() -> Path:
+    """The folder under which each kernel gets its private runtime folder."""
+    root = Path(tempfile.gettempdir()) / f"grading-kernels-{os.getuid()}"
+    root.mkdir(mode=0o711, exist_ok=True)
+    return root
 
 
 class SandboxKernelManager(AsyncKernelManager):
     """Starts every kernel in a sandbox of its own.
 
-    The kernel's working folder (the notebook's folder, which nbgrader passes as ``cwd``) is
-    the one place it may write, beside a private folder made fresh for this kernel that
-    holds its connection file, its Unix sockets and its TMPDIR. A kernel therefore cannot
-    leave anything behind for the next student's kernel, even when one grading process
-    grades several students. A kernel still running after the whole-notebook budget is killed, and
-    the kill is written to the events file so the grader can say why.
+    The private folder holds the connection file and the Unix sockets; it is made fresh for
+    this kernel (an unguessable name) and removed after it. The working folder is a tmpfs
+    inside the sandbox. A kernel still running after the whole-notebook budget is killed,
+    and the kill is written to the events file so the grader can say why.
     """
 
-    sandbox = Dict(help="runtime, hide, readonly, threads, budget_s, events (graders.grade)")
+    sandbox = Dict(help="runtime, readonly, threads, budget_s, events, env (graders.grade)")
 
     @default("sandbox")
     def _sandbox_default(self):
-        return json.loads(os.environ.get(SETTINGS_ENV, "{}"))
+        return json.loads(os.environ.get(SETTINGS_ENV) or "{}")
 
     _watchdog: threading.Timer | None = None
+    _private: Path | None = None
+    _groups: list[Path] = []
 
     async def _async_pre_start_kernel(self, **kw):
-        private = Path(tempfile.mkdtemp(prefix="kernel-", dir=self.sandbox["runtime"]))
+        runtime = self.sandbox.get("runtime") or _private_root()
+        private = Path(tempfile.mkdtemp(prefix="kernel-", dir=runtime))
+        self._private = private
+        uid = None
+        if os.getuid() == 0:  # a host user of its own, that owns nothing
+            uid = 200_000 + secrets.randbelow(800_000)
+            os.chown(private, uid, uid)
+        private.chmod(0o700)
         self.transport, self.ip = "ipc", str(private / "kernel")  # sockets cross namespaces
         self.connection_file = str(private / "connection.json")
         command, kw = await super()._async_pre_start_kernel(**kw)
-        self._workdir = Path(kw.get("cwd") or os.getcwd()).resolve()
+        if uid is not None:
+            os.chown(self.connection_file, uid, uid)
+        self._groups = memory_groups().make(f"grading-{private.name}")
         argv = kernel_argv(
             command,
-            self._workdir,
             private,
-            hide=[Path(p) for p in self.sandbox.get("hide", [])],
             readonly=[Path(p) for p in self.sandbox.get("readonly", [])],
-            threads=self.sandbox.get("threads"),
+            threads=self.sandbox.get("threads", KERNEL_THREADS),
+            env=self.sandbox.get("env", {}),
+            uid=uid,
+            group=self._groups,
         )
+        kw.pop("cwd", None)  # never nbgrader's autograded folder
+        kw["env"] = {}  # the sandbox sets the kernel's environment (an allow-list)
         return argv, kw
 
     async def _async_post_start_kernel(self, **kw):
@@ -159,32 +417,47 @@ class SandboxKernelManager(AsyncKernelManager):
         process = getattr(self.provisioner, "process", None)
         if process is None or process.poll() is not None:
             return
-        with open(self.sandbox["events"], "a") as events:
-            events.write(json.dumps({"workdir": str(self._workdir), "budget_s": budget}) + "\n")
+        events = self.sandbox.get("events")
+        if events:
+            with open(events, "a") as fh:
+                fh.write(json.dumps({"kernel": str(self._private), "budget_s": budget}) + "\n")
         process.kill()  # bwrap; --die-with-parent takes the kernel with it
 
     async def _async_shutdown_kernel(self, now: bool = False, restart: bool = False):
         if self._watchdog is not None:
             self._watchdog.cancel()
-        await super()._async_shutdown_kernel(now=now, restart=restart)
+        try:
+            await super()._async_shutdown_kernel(now=now, restart=restart)
+        finally:
+            MemoryGroups.remove(self._groups)
+            if self._private is not None:  # links in it are removed, never followed
+                shutil.rmtree(self._private, ignore_errors=True)
 
 
 class SandboxedExecute(Execute):
-    """nbgrader's Execute, with each kernel in the sandbox and a budget for the whole notebook
-    when the grader asks for them (graders.grade sets COURSE_SANDBOX); a plain
-    ``nbgrader autograde`` is unchanged.
+    """nbgrader's Execute, with each kernel in the sandbox wherever bubblewrap runs (also
+    under a plain ``nbgrader autograde``), and a budget for the whole notebook when the
+    grader sets one (graders.grade sets COURSE_SANDBOX).
 
     The budget shortens the per-cell timeout as it runs out. The cell running when it ends
     gets a timeout error that names the budget, and the cells after it are not run (an error
     saying so), so the checks that finished in time keep their points. The same holds for a
     cell that ignores the interrupt after its own time limit: the notebook is graded up to
-    there instead of failing as a whole.
+    there instead of failing as a whole. Limits are also noted, by cell, in
+    ``resources["sandbox_limits"]``, measured here and so out of the kernel's reach
+    (graders/judge.py words the verdict from them).
     """
+
+    _warned = False
 
     def __init__(self, *args, **kwargs):
         self._settings = json.loads(os.environ.get(SETTINGS_ENV) or "{}")
-        if self._settings:
+        self._sandboxed = available() is None
+        if self._sandboxed:
             kwargs.setdefault("kernel_manager_class", SandboxKernelManager)
+        elif not SandboxedExecute._warned:
+            SandboxedExecute._warned = True
+            LOG.warning("grading WITHOUT a sandbox: %s", available())
         super().__init__(*args, **kwargs)
         self._deadline = self._stuck = None
 
@@ -192,6 +465,8 @@ class SandboxedExecute(Execute):
         budget = self._settings.get("budget_s")
         self._deadline = time.monotonic() + budget if budget else None
         self._stuck = None  # why the kernel can run nothing more
+        resources = resources if resources is not None else {}
+        self._limits = resources.setdefault("sandbox_limits", {})
         return super().preprocess(nb, resources, km)
 
     def _left(self) -> float:
@@ -205,25 +480,35 @@ class SandboxedExecute(Execute):
         return left if timeout is None else min(timeout, left)
 
     def preprocess_cell(self, cell, resources, index):
-        if not self._settings or cell.cell_type != "code":
+        if cell.cell_type != "code":
             return super().preprocess_cell(cell, resources, index)
         if self._deadline is not None and self._left() <= 0:
             used_up = f"not run: {self._budget()} was used up"
             cell.outputs = [_error("NotebookBudgetExceeded", used_up)]
+            self._limits[index] = used_up
             return cell, resources
         if self._stuck:
             cell.outputs = [_error("KernelUnresponsive", f"not run: {self._stuck}")]
+            self._limits[index] = f"not run: {self._stuck}"
             return cell, resources
+        timeout = self._get_timeout(cell)
+        started = time.monotonic()
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
         except CellTimeoutError:  # interrupted, and still busy: nothing more can run in it
             self._stuck = f"cell {index} did not stop when the kernel was interrupted"
             cell.outputs.append(_error("KernelUnresponsive", self._stuck + " after its time limit"))
+            self._limits[index] = self._stuck + " after its time limit"
+        elapsed = time.monotonic() - started
+        if timeout is not None and elapsed >= timeout - 0.5 and index not in self._limits:
+            self._limits[index] = f"stopped at the time limit of {timeout:g} s for one cell"
         if self._deadline is not None and self._left() <= 0:
+            ran_out = f"{self._budget()} ran out while this cell was running"
+            self._limits[index] = ran_out
             for output in cell.outputs:
                 if output.get("ename") in ("CellTimeoutError", "KernelUnresponsive"):
                     output.ename = "NotebookBudgetExceeded"
-                    output.evalue = f"{self._budget()} ran out while this cell was running"
+                    output.evalue = ran_out
                     output.traceback = [f"NotebookBudgetExceeded: {output.evalue}"]
         return cell, resources
 

@@ -1,21 +1,16 @@
-"""A grading worker: one long-lived process that autogrades one submission after another
-through nbgrader's own Python API (``NbGraderAPI.autograde``), so a class run pays for
-nbgrader's start-up once per worker instead of once per submission.
+"""A grading worker: one long-lived process that runs grading tasks (graders/task.py) one
+after another through nbgrader's own Python API, so a class run pays for nbgrader's start-up
+once per worker instead of once per hand-in.
 
-graders.grade starts one per worker thread (`Worker`) and talks to it in JSON lines:
-
-* job, on the worker's stdin: ``{"root": scratch course, "lab": ..., "student": ...,
-  "env": {...}, "cell_timeout": seconds or null}``;
-* reply, on its stdout: ``{"success": bool, "log": nbgrader's log}``.
-
-Everything else the worker or nbgrader prints goes to stderr (a log file). The notebook's
-kernel is still started by nbgrader, in the sandbox (graders/sandbox.py), one per
-submission; the worker itself runs only the instructor's code.
+The engine (graders/grade.py) starts one per worker thread (`Worker`) and talks to it in
+JSON lines: a task's job on the worker's stdin, its result on its stdout. Everything else
+the worker or nbgrader prints goes to stderr (a log file). The notebook's kernel is started
+by nbgrader, in the sandbox (graders/sandbox.py), one per hand-in; the worker itself runs
+only the instructor's code.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import select
@@ -23,29 +18,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-from graders.build import nbgrader_env
 from graders.course import REPO
+from graders.nbgrader_cli import nbgrader_env
 
 
 def serve() -> int:
-    from nbgrader.apps import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
-    from traitlets.config.loader import PyFileConfigLoader
+    from graders.task import grade, make_api_factory
 
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints must not break replies
-    base = PyFileConfigLoader("nbgrader_config.py", path=str(REPO)).load_config()
+    api_for = make_api_factory(REPO / "nbgrader_config.py")
     for line in sys.stdin:
-        job = json.loads(line)
-        os.environ.update(job["env"])
-        config = copy.deepcopy(base)
-        config.CourseDirectory.root = job["root"]
-        if job.get("cell_timeout"):
-            config.Execute.timeout = job["cell_timeout"]
-        api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
-        result = api.autograde(job["lab"], job["student"], force=True, create=True)
-        log = result.get("log", "") + "\n" + result.get("error", "")
-        replies.write(json.dumps({"success": bool(result.get("success")), "log": log}) + "\n")
+        result = grade(api_for, json.loads(line))
+        replies.write(json.dumps(result) + "\n")
         replies.flush()
     return 0
 
@@ -69,8 +54,8 @@ class Worker:
                 text=True,
             )
 
-    def autograde(self, job: dict, timeout: float) -> tuple[bool, str]:
-        """(success, log) of one job; raises subprocess.TimeoutExpired after `timeout` s."""
+    def run(self, job: dict, timeout: float) -> dict:
+        """The result of one task; raises subprocess.TimeoutExpired after `timeout` s."""
         if self.process is None or self.process.poll() is not None:
             self.process = self._start()
         self.process.stdin.write(json.dumps(job) + "\n")
@@ -84,9 +69,8 @@ class Worker:
         if not line:  # the worker died: its last words are in the log
             self.process.kill()
             self.close()
-            return False, "the grading process died; see " + str(self.log)
-        reply = json.loads(line)
-        return reply["success"], reply["log"]
+            return {"ok": False, "reason": "the grading process died; see " + str(self.log)}
+        return json.loads(line)
 
     def close(self) -> None:
         if self.process is not None:

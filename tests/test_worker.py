@@ -30,20 +30,21 @@ def test_a_hung_worker_times_out_and_is_replaced(tmp_path, monkeypatch):
     monkeypatch.setattr(Worker, "_start", fake("import time; time.sleep(60)"))
     worker = Worker(tmp_path / "worker.log")
     with pytest.raises(subprocess.TimeoutExpired):
-        worker.autograde({"lab": "lab", "student": "s"}, timeout=1)
+        worker.run({"lab": "lab"}, timeout=1)
     assert worker.process is None  # killed; the next job starts a new one
     monkeypatch.setattr(
         Worker,
         "_start",
-        fake('import sys; sys.stdin.readline(); print(\'{"success": true, "log": "ok"}\')'),
+        fake("import sys; sys.stdin.readline(); print('{\"ok\": true}')"),
     )
-    assert worker.autograde({"lab": "lab", "student": "s"}, timeout=10) == (True, "ok")
+    assert worker.run({"lab": "lab"}, timeout=10) == {"ok": True}
     worker.close()
 
 
 def test_a_dead_worker_is_a_failed_job_with_a_reason(tmp_path, monkeypatch):
     monkeypatch.setattr(Worker, "_start", fake("import sys; sys.stdin.readline(); sys.exit(3)"))
     worker = Worker(tmp_path / "worker.log")
-    ok, log = worker.autograde({"lab": "lab", "student": "s"}, timeout=10)
-    assert not ok and "the grading process died" in log and "worker.log" in log
+    result = worker.run({"lab": "lab"}, timeout=10)
+    assert not result["ok"] and "the grading process died" in result["reason"]
+    assert "worker.log" in result["reason"]
     assert worker.process is None

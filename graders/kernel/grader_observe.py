@@ -2,8 +2,9 @@
 this folder of the repository, on the kernel's path; see graders/sandbox.py and judge.py).
 
 ``observe(name, value)`` records what the student's code produced, as a display output the
-grader reads outside the kernel and compares with the reference solution's record. The
-tolerances belong to the record, but the grader uses the reference's, never the student's.
+grader reads outside the kernel and compares with the reference solution's record. Nothing
+here knows the right value. The tolerances and hint belong to the record, but the grader uses
+the reference's, never the student's.
 """
 
 import math
@@ -38,6 +39,12 @@ def encode(value):
     return repr(type(value))
 
 
-def observe(name, value, rtol=1e-5, atol=1e-8):
+def observe(name, value, rtol=1e-5, atol=1e-8, hint=None):
+    """Record `value` under `name`: a plain-words description of what was called on what
+    kind of input (the grader shows it when the record differs from the solution's). A dict
+    value names its parts, so the grader can say which part differs. `hint`: a likely cause,
+    shown with it."""
     record = {"name": str(name), "value": encode(value), "rtol": rtol, "atol": atol}
+    if hint is not None:
+        record["hint"] = str(hint)
     display({MIME: record}, raw=True)

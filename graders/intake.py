@@ -1,0 +1,194 @@
+"""Intake: find the hand-ins under submitted/<student>/<lab>/ and take from each only what
+grading needs, as bytes, without trusting the folder.
+
+From a hand-in folder only two files are read: the notebook (a regular file, never through a
+link, at most MAX_NOTEBOOK_BYTES) and nbgrader's timestamp.txt (when the student handed in;
+late submissions keep their meaning). Both are opened without following links and without
+blocking (a named pipe is refused, not waited on). Every other entry is counted and
+ignored, never copied, opened or followed. Whatever a folder holds, intake answers with a
+`HandIn` or a `Problem` that names the path and says what is wrong; it never raises.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+MAX_NOTEBOOK_BYTES = 50 * 2**20
+MAX_TIMESTAMP_BYTES = 200
+MAX_LISTED = 10_000  # entries of one folder looked at; the rest are not even counted
+
+
+@dataclass
+class Problem:
+    where: str
+    reason: str
+    student: str | None = None  # set when the hand-in is known: it is recorded as 0
+    lab: str | None = None
+
+
+@dataclass
+class HandIn:
+    student: str  # the folder's name, as it is (any characters)
+    lab: str
+    notebook: bytes
+    timestamp: str | None = None
+    ignored: list[str] = field(default_factory=list)  # other entries of the folder
+    where: str = ""  # submitted/<student>/<lab>, for messages
+
+
+class Refused(Exception):
+    """A file intake will not read; the message says why, in words."""
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of `path`, a regular file of at most `limit` bytes, opened without following
+    a link and without blocking; raises Refused."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise Refused("missing") from None
+    except OSError as error:
+        if path.is_symlink():
+            raise Refused("a symbolic link (not followed)") from None
+        raise Refused(f"cannot be opened ({error.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise Refused("not a regular file")
+        if info.st_size > limit:
+            raise Refused(
+                f"{info.st_size / 2**20:.0f} MB, over the {limit / 2**20:.0f} MB limit "
+                "(usually a huge output saved in it: clear the outputs and grade it by hand)"
+            )
+        chunks, left = [], limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 2**20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > limit:
+            raise Refused(f"over the {limit / 2**20:.0f} MB limit")
+        return data
+    finally:
+        os.close(fd)
+
+
+def notebook_problem(data: bytes) -> str | None:
+    """Why `data` cannot be graded as a notebook, or None if it can."""
+    try:
+        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
+    except Exception as error:  # nbformat raises several kinds for broken JSON
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return f"not a valid notebook file ({first[:120]})"
+    if not isinstance(nb.get("cells"), list) or not nb.cells:
+        return "the notebook has no cells"
+    return None
+
+
+def parse_timestamp(data: bytes) -> str | None:
+    """nbgrader's timestamp.txt, as nbgrader would read it, or None when it is not one."""
+    from nbgrader.utils import parse_utc
+
+    try:
+        text = data.decode("utf-8").strip()
+        parse_utc(text)
+    except Exception:  # nbgrader's parser raises several kinds
+        return None
+    return text if text and len(text) < MAX_TIMESTAMP_BYTES else None
+
+
+def _entries(folder: Path) -> list[os.DirEntry]:
+    entries = []
+    with os.scandir(folder) as it:
+        for entry in it:
+            entries.append(entry)
+            if len(entries) >= MAX_LISTED:
+                break
+    return sorted(entries, key=lambda e: e.name)
+
+
+def _real_folder(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def take(student: str, lab: str, folder: Path, where: str) -> HandIn | Problem:
+    """One hand-in folder -> the notebook's bytes and timestamp, or why it cannot be graded."""
+    name = f"{lab}.ipynb"
+    try:
+        data = read_regular(folder / name, MAX_NOTEBOOK_BYTES)
+    except Refused as why:
+        if str(why) == "missing":
+            try:
+                found = [e.name for e in _entries(folder) if e.name.endswith(".ipynb")]
+            except OSError:
+                found = []
+            found_text = ", ".join(found) or "no notebook"
+            return Problem(where, f"expected {name}, found {found_text}", student, lab)
+        return Problem(f"{where}/{name}", f"the notebook is {why}", student, lab)
+    reason = notebook_problem(data)
+    if reason:
+        return Problem(f"{where}/{name}", reason, student, lab)
+    timestamp, ignored = None, []
+    try:
+        others = [e.name for e in _entries(folder) if e.name != name]
+    except OSError:
+        others = []
+    for other in others:
+        if other == "timestamp.txt":
+            try:
+                timestamp = parse_timestamp(read_regular(folder / other, MAX_TIMESTAMP_BYTES))
+            except Refused:
+                timestamp = None
+            if timestamp is None:
+                ignored.append(f"{other} (not a timestamp nbgrader can read)")
+            continue
+        ignored.append(other)
+    return HandIn(student, lab, data, timestamp, ignored, where)
+
+
+def discover(root: Path, labs: list[str]) -> tuple[list[HandIn], list[Problem]]:
+    """Every gradable hand-in under root/submitted, and a problem for everything else."""
+    submitted = root / "submitted"
+    found: list[HandIn] = []
+    problems: list[Problem] = []
+    if not submitted.is_dir():
+        return found, [Problem("submitted", "no submitted/ folder: nothing to grade")]
+    try:
+        students = _entries(submitted)
+    except OSError as error:
+        return found, [Problem("submitted", f"cannot be listed ({error.strerror})")]
+    for student in students:
+        where = f"submitted/{student.name}"
+        if not _real_folder(student):
+            what = "a link" if student.is_symlink() else "a file"
+            problems.append(Problem(where, f"{what} where a student folder belongs (ignored)"))
+            continue
+        try:
+            entries = _entries(Path(student.path))
+        except OSError as error:
+            problems.append(Problem(where, f"cannot be listed ({error.strerror})"))
+            continue
+        for entry in entries:
+            lab_where = f"{where}/{entry.name}"
+            if entry.name not in labs:
+                problems.append(Problem(lab_where, f"there is no lab named {entry.name!r}"))
+                continue
+            if not _real_folder(entry):
+                what = "a link" if entry.is_symlink() else "a file"
+                reason = f"{what} where a lab folder belongs (not followed)"
+                problems.append(Problem(lab_where, reason, student.name, entry.name))
+                continue
+            result = take(student.name, entry.name, Path(entry.path), lab_where)
+            (found if isinstance(result, HandIn) else problems).append(result)
+    return found, problems

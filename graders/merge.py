@@ -1,0 +1,110 @@
+"""Merge: one task's result into the course, under the student's real name.
+
+The course's gradebook is nbgrader's (so its export and formgrader read it as usual); results
+are merged one at a time, on the grader's side, with nbgrader's Gradebook API. The graded
+notebook and the feedback page are written from the task's bytes to
+autograded/<student>/<lab>/ and feedback/<student>/<lab>/, never copied from a folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from datetime import datetime
+from pathlib import Path
+
+
+def _quiet():
+    from sqlalchemy.exc import SAWarning
+
+    context = warnings.catch_warnings()
+    context.__enter__()
+    # nbgrader's add_submission trips a harmless SQLAlchemy autoflush warning
+    warnings.simplefilter("ignore", SAWarning)
+    return context
+
+
+def write_file(root: Path, kind: str, student: str, lab: str, name: str, data: bytes) -> Path:
+    """root/kind/<student>/<lab>/name, replacing what was there, never through a link."""
+    base = root / kind
+    folder = base / student / lab
+    for path in (base, base / student, folder):
+        if path.is_symlink():
+            path.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.path.realpath(folder) != os.path.join(os.path.realpath(base), student, lab):
+        raise RuntimeError(f"{folder} is not inside {base}")
+    target = folder / name
+    partial = folder / f".{name}.partial"
+    partial.write_bytes(data)
+    partial.replace(target)
+    return target
+
+
+def merge(root: Path, student: str, lab: str, result: dict) -> None:
+    """Grades, graded notebook and feedback of one successful task."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    scores = result["scores"]
+    stamp = datetime.fromisoformat(scores["timestamp"]) if scores.get("timestamp") else None
+    context = _quiet()
+    try:
+        with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+            gb.update_or_create_student(student)
+            try:
+                gb.remove_submission(lab, student)
+            except MissingEntry:
+                pass
+            submission = gb.add_submission(lab, student, timestamp=stamp)
+            for nb in submission.notebooks:
+                graded = scores["notebooks"].get(nb.name, {})
+                nb.late_submission_penalty = graded.get("late_penalty")
+                for grade in nb.grades:
+                    got = graded.get("grades", {}).get(grade.name)
+                    if got is None:  # not graded: nothing is given for it
+                        grade.auto_score, grade.needs_manual_grade = 0.0, False
+                        continue
+                    auto = got["auto_score"]
+                    grade.auto_score = None if auto is None else min(auto, grade.max_score)
+                    grade.manual_score = got["manual_score"]
+                    grade.extra_credit = got["extra_credit"]
+                    grade.needs_manual_grade = got["needs_manual_grade"]
+                for comment in nb.comments:
+                    comment.auto_comment = graded.get("comments", {}).get(comment.name)
+            gb.db.commit()
+    finally:
+        context.__exit__(None, None, None)
+    write_file(root, "autograded", student, lab, f"{lab}.ipynb", result["autograded"].encode())
+    if result.get("feedback") is not None:
+        write_file(root, "feedback", student, lab, f"{lab}.html", result["feedback"].encode())
+
+
+def record_failure(root: Path, student: str, lab: str) -> None:
+    """A hand-in that could not be graded is kept in the gradebook: zero, and flagged for a
+    human look (the reason is in the grading summary), never silently dropped."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    context = _quiet()
+    try:
+        with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+            gb.update_or_create_student(student)
+            try:
+                gb.remove_submission(lab, student)
+            except MissingEntry:
+                pass
+            submission = gb.add_submission(lab, student)
+            for nb in submission.notebooks:
+                nb.flagged = True
+                for grade in nb.grades:
+                    grade.auto_score = 0.0
+                    grade.needs_manual_grade = False
+            gb.db.commit()
+    finally:
+        context.__exit__(None, None, None)
+    for kind in ("autograded", "feedback"):  # nothing stale of an earlier grading stays
+        folder = root / kind / student / lab
+        if folder.is_symlink():
+            folder.unlink()
+        elif folder.is_dir():
+            shutil.rmtree(folder)

@@ -1,0 +1,223 @@
+"""One grading task: a hand-in's bytes in, its grades, graded notebook and feedback out.
+
+`grade` runs nbgrader's own autograde and generate_feedback on one notebook, in a scratch
+course made for it (a copy of the class's assignment-only gradebook, the notebook restored
+to the release's nbgrader metadata, nbgrader's timestamp.txt when there is one). nbgrader sees
+the student as ``student``, whatever the real folder's name is (spaces, glob characters, a
+leading dash...); the grader's side puts the real name back when it merges.
+
+The kernel runs in the sandbox (graders/sandbox.py) with a working folder of its own, so
+nothing it writes is in the scratch course: what comes back is what nbgrader made of the
+kernel's messages (scores decided by graders/judge.py, the graded notebook and the feedback
+page), plus per-phase timings and, when something went wrong, why. Every failure is caught
+here and reported as a reason: a task never raises for a hand-in's sake.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+from graders import sandbox
+
+NEUTRAL_ID = "student"
+NOTEBOOK_BUDGET_S = 600  # a whole notebook, on top of nbgrader's per-cell timeout
+MAX_FEEDBACK_BYTES = 5 * 2**20
+TOO_BIG_FEEDBACK = (
+    "<html><body><p>The feedback page of this notebook was over {limit} MB and is not "
+    "shown; your grade is in the gradebook. Ask your instructor.</p></body></html>"
+)
+
+
+def assignments_only(gradebook: Path, out: Path) -> Path:
+    """A copy of `gradebook` with the labs (cells, checksums, due dates) and no students."""
+    shutil.copyfile(gradebook, out)
+    with sqlite3.connect(out) as db:
+        for table in ("comment", "grade", "submitted_notebook", "submitted_assignment", "student"):
+            db.execute(f"DELETE FROM {table}")  # noqa: S608 (our own table names)
+    with sqlite3.connect(out) as db:
+        db.execute("VACUUM")
+    return out
+
+
+def restore_metadata(nb, release):
+    """Give every nbgrader cell its metadata as released (points, type of cell, lock), and
+    take it from cells that were not released as such (a forged or duplicated test cell).
+    nbgrader then restores the cells' sources from the gradebook as usual."""
+    released = {
+        c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]
+        for c in release.cells
+        if "nbgrader" in c.get("metadata", {})
+    }
+    seen = set()
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader")
+        if meta is None:
+            continue
+        grade_id = meta.get("grade_id") if isinstance(meta, dict) else None
+        if grade_id in released and grade_id not in seen:
+            cell.metadata["nbgrader"] = copy.deepcopy(released[grade_id])
+            seen.add(grade_id)
+        else:
+            del cell.metadata["nbgrader"]
+    return nb
+
+
+def failure_reason(log: str) -> str:
+    """Why nbgrader could not grade a notebook, from its log (one hand-in's)."""
+    if "Kernel died" in log or "DeadKernelError" in log:
+        return "the kernel died while running the notebook (os._exit, a crash or out of memory)"
+    errors = [line.split("] ", 1)[-1] for line in log.splitlines() if "| ERROR]" in line]
+    return errors[0][:300] if errors else "nbgrader autograde failed"
+
+
+def _scores(db_path: Path, lab: str) -> dict:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{db_path}") as gb:
+        sub = gb.find_submission(lab, NEUTRAL_ID)
+        notebooks = {}
+        for nb in sub.notebooks:
+            notebooks[nb.name] = {
+                "late_penalty": nb.late_submission_penalty,
+                "grades": {
+                    g.name: {
+                        "auto_score": g.auto_score,
+                        "manual_score": g.manual_score,
+                        "extra_credit": g.extra_credit,
+                        "needs_manual_grade": bool(g.needs_manual_grade),
+                    }
+                    for g in nb.grades
+                },
+                "comments": {c.name: c.auto_comment for c in nb.comments},
+            }
+        stamp = sub.timestamp.isoformat() if sub.timestamp else None
+        return {"timestamp": stamp, "notebooks": notebooks}
+
+
+def verdicts(graded) -> dict[str, dict]:
+    """The judge's verdict of each test cell (graders/judge.py), by grade_id."""
+    from graders.judge import VERDICT
+
+    found = {}
+    for index, cell in enumerate(graded.cells):
+        meta = cell.get("metadata", {})
+        if VERDICT in meta and "nbgrader" in meta:
+            found[meta["nbgrader"]["grade_id"]] = dict(meta[VERDICT], cell=index)
+    return found
+
+
+def grade(api_for, job: dict) -> dict:
+    """Grade one hand-in. `job`: lab, notebook (text), timestamp, release (the lab's
+    released notebook, text), gradebook (assignments-only file), reference_dir, data_root,
+    cell_timeout, budget_s. `api_for(root, config_changes)`: an nbgrader API on a course."""
+    timings, started = {}, time.monotonic()
+    lab = job["lab"]
+    budget = job.get("budget_s") or NOTEBOOK_BUDGET_S
+    result = {"ok": False, "reason": None, "timings": timings}
+    scratch = Path(tempfile.mkdtemp(prefix="task-", dir=job.get("scratch_root")))
+    try:
+        release = nbformat.reads(job["release"], as_version=4)
+        nb = restore_metadata(nbformat.reads(job["notebook"], as_version=4), release)
+        folder = scratch / "submitted" / NEUTRAL_ID / lab
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / f"{lab}.ipynb")
+        if job.get("timestamp"):
+            (folder / "timestamp.txt").write_text(job["timestamp"])
+        shutil.copyfile(job["gradebook"], scratch / "gradebook.db")
+        runtime = scratch / "runtime"
+        runtime.mkdir()
+        runtime.chmod(0o711)
+        sandbox.write_kernelspec(scratch / "jupyter")
+        events = runtime / "events.jsonl"
+        settings = {
+            "runtime": str(runtime),
+            "readonly": [job["data_root"]] if job.get("data_root") else [],
+            "env": {"COURSE_DATA_ROOT": job["data_root"]} if job.get("data_root") else {},
+            "threads": sandbox.KERNEL_THREADS,
+            "budget_s": budget,
+            "events": str(events),
+        }
+        os.environ.update(
+            {
+                sandbox.SETTINGS_ENV: json.dumps(settings),
+                "JUPYTER_PATH": str(scratch / "jupyter"),
+                "JUPYTER_RUNTIME_DIR": str(runtime),
+            }
+        )
+        changes = {"JudgeRecords": {"reference_dir": job["reference_dir"]}}
+        if job.get("cell_timeout"):
+            changes["Execute"] = {"timeout": job["cell_timeout"]}
+        api = api_for(str(scratch), changes)
+        timings["intake"] = time.monotonic() - started
+
+        mark = time.monotonic()
+        answer = api.autograde(lab, NEUTRAL_ID, force=True, create=True)
+        timings["autograde"] = time.monotonic() - mark
+        log = str(answer.get("log", "")) + "\n" + str(answer.get("error", ""))
+        graded_path = scratch / "autograded" / NEUTRAL_ID / lab / f"{lab}.ipynb"
+        if not answer.get("success") or not graded_path.is_file():
+            if events.is_file():
+                result["reason"] = f"stopped after the whole-notebook budget of {budget:g} s"
+            else:
+                result["reason"] = failure_reason(log)
+            return result
+
+        graded_text = graded_path.read_text(encoding="utf-8")
+        graded = nbformat.reads(graded_text, as_version=4)
+        result["verdicts"] = verdicts(graded)
+        result["scores"] = _scores(scratch / "gradebook.db", lab)
+        result["autograded"] = graded_text
+
+        result["ok"] = True
+        if not job.get("feedback", True):
+            return result
+        mark = time.monotonic()
+        feedback = api.generate_feedback(lab, NEUTRAL_ID, force=True)
+        page = scratch / "feedback" / NEUTRAL_ID / lab / f"{lab}.html"
+        timings["feedback"] = time.monotonic() - mark
+        if feedback.get("success") and page.is_file():
+            html = page.read_bytes()
+            if len(html) > MAX_FEEDBACK_BYTES:
+                html = TOO_BIG_FEEDBACK.format(limit=MAX_FEEDBACK_BYTES // 2**20).encode()
+            result["feedback"] = html.decode("utf-8", "replace")
+        else:
+            result["feedback_problem"] = "nbgrader generate_feedback did not write it"
+        return result
+    except Exception as error:  # a hand-in must never stop the class: say why, move on
+        result["reason"] = f"the grader failed on this hand-in: {type(error).__name__}: {error}"
+        return result
+    finally:
+        timings["total"] = time.monotonic() - started
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def make_api_factory(config_file: Path):
+    """`api_for(root, changes)`: nbgrader's Python API on the course in `root`, configured by
+    the course's nbgrader_config.py (loaded once) plus `changes`."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import Config, PyFileConfigLoader
+
+    base = PyFileConfigLoader(config_file.name, path=str(config_file.parent)).load_config()
+
+    def api_for(root: str, changes: dict):
+        config = copy.deepcopy(base)
+        config.merge(Config(changes))
+        config.CourseDirectory.root = root
+        return NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+
+    return api_for
+
+
+if __name__ == "__main__":  # pragma: no cover - a manual check: grade one notebook
+    print(json.dumps(grade(make_api_factory(Path("nbgrader_config.py")), json.load(sys.stdin))))
