@@ -7,6 +7,10 @@ Prints both times, their ratio, and whether the two gave identical grades. The c
 grader also compares every test cell with what the solution notebook records; `make build`
 runs those reference notebooks once per release (build/reference/). Their time is printed
 on its own, and a second ratio counts it in as if grading had had to run them too.
+
+Then, per lab, the grader's overhead on one hand-in (the complete one): its task and merge
+time, minus the time the same notebook takes to run in a bare kernel (nbclient, no sandbox,
+no nbgrader), measured right after, one at a time.
 """
 
 from __future__ import annotations
@@ -28,6 +32,27 @@ from graders.judge import prepare_references  # noqa: E402
 from graders.nbgrader_cli import nbgrader  # noqa: E402
 
 
+def bare_run(notebook: Path) -> float:
+    """Seconds to run `notebook` top to bottom in a plain kernel (one torch thread)."""
+    import os
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    from graders.sandbox import KERNEL_SIDE, KERNEL_THREADS
+
+    nb = nbformat.read(notebook, as_version=4)
+    env = dict(os.environ, NBGRADER_EXECUTION="autograde", PYTHONPATH=str(KERNEL_SIDE))
+    env["OMP_NUM_THREADS"] = str(KERNEL_THREADS)
+    with tempfile.TemporaryDirectory() as tmp:
+        client = NotebookClient(
+            nb, timeout=600, allow_errors=True, resources={"metadata": {"path": tmp}}
+        )
+        start = time.monotonic()
+        client.execute(env=env)
+        return time.monotonic() - start
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=worker_count, default=2)
@@ -38,9 +63,13 @@ def main() -> int:
         plain, ours = Path(tmp) / "plain", Path(tmp) / "ours"
         build(root=plain, labs=labs, release=plain / "labs")
         students = write_class(plain, labs, plain / "labs")
-        shutil.copytree(plain, ours)
         prepare_data(labs)
+        start = time.monotonic()
+        prepare_references(plain, labs, workers=args.workers)
+        t_refs = time.monotonic() - start
+        shutil.copytree(plain, ours)
         print(f"{len(students)} submissions, {len(labs)} labs", flush=True)
+        print(f"reference runs, once per release (make build): {t_refs:7.1f} s")
 
         start = time.monotonic()
         for lab in labs:
@@ -49,16 +78,19 @@ def main() -> int:
         print(f"plain nbgrader autograde, sequential: {t_plain:7.1f} s", flush=True)
 
         start = time.monotonic()
-        prepare_references(ours, labs, workers=args.workers)
-        t_refs = time.monotonic() - start
-        print(f"reference runs, once per release (make build): {t_refs:7.1f} s")
-
-        start = time.monotonic()
-        grade_class(ours, labs=labs, workers=args.workers, feedback=False, quiet=True)
+        report = grade_class(ours, labs=labs, workers=args.workers, feedback=False, quiet=True)
         t_ours = time.monotonic() - start
         print(f"graders.grade, {args.workers} workers:        {t_ours:7.1f} s")
         print(f"ratio: {t_plain / t_ours:.2f}x")
         print(f"ratio counting the reference runs too: {t_plain / (t_ours + t_refs):.2f}x")
+
+        print("per-hand-in overhead (complete student; task + merge - bare kernel run):")
+        for lab in labs:
+            timings = report.timings[("complete", lab)]
+            graded = timings.get("total", 0) + timings.get("merge", 0)
+            bare = bare_run(plain / "submitted" / "complete" / lab / f"{lab}.ipynb")
+            print(f"  {lab:<24} graded {graded:6.1f} s, bare {bare:6.1f} s, "
+                  f"overhead {graded - bare:5.1f} s")  # fmt: skip
 
         a, b = read_scores(plain, labs)[0], read_scores(ours, labs)[0]
         same = a == b
