@@ -167,15 +167,22 @@ for _flag, _b_want in ((True, 1.9), (False, 1.81)):
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
+_hints = {
+    True: "After zero_grad(set_to_none=True) the grad of b is None, so SGD leaves b where step 1 "
+    "put it; a must keep its momentum buffer from step 1. Use float64 and the given a0, b0.",
+    False: "zero_grad(set_to_none=False) leaves b a zero gradient, which SGD does not skip: "
+    "momentum moves b in step 2. Pass set_to_none=set_to_none to zero_grad, use float64.",
+}
 for _a0, _b0 in ((1.0, 2.0), (0.5, -1.5), (-2.0, 3.0), (1.25, 0.75)):
-    _a1, _b1 = _a0 - 0.1 * _b0, _b0 - 0.1 * _a0
-    _a2 = _a1 - 0.1 * (0.9 * _b0 + 2 * _a1)
-    _a, _b = (float(v) for v in two_steps(True, _a0, _b0))
-    observe(f"two_steps(True, {_a0}, {_b0})", [_a, _b], rtol=0, atol=1e-9)
-    assert abs(_a - _a2) < 1e-9 and abs(_b - _b1) < 1e-9
-    _a, _b = (float(v) for v in two_steps(False, _a0, _b0))
-    observe(f"two_steps(False, {_a0}, {_b0})", [_a, _b], rtol=0, atol=1e-9)
-    assert abs(_a - _a2) < 1e-9 and abs(_b - (_b1 - 0.1 * 0.9 * _a0)) < 1e-9
+    for _flag in (True, False):
+        _a, _b = (float(v) for v in two_steps(_flag, _a0, _b0))
+        observe(
+            f"two_steps(set_to_none={_flag}, a0={_a0}, b0={_b0}): a and b after step 2",
+            {"a": _a, "b": _b},
+            rtol=0,
+            atol=1e-9,
+            hint=_hints[_flag],
+        )
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -292,23 +299,17 @@ from grader_observe import observe
 _gen = torch.Generator().manual_seed(31)
 for _k in (1, 2, 5):
     _W = torch.randn(4, 4, dtype=torch.float64, requires_grad=True, generator=_gen)
-    _W.grad = torch.full_like(_W, 7.0)
+    _W.grad = torch.full_like(_W, 7.0)  # a stale gradient from an earlier loss
     _h0 = torch.randn(4, 1, dtype=torch.float64, generator=_gen)
     _shared, _copies = unrolled_grads(_W, _h0, _k)
-    observe(f"unrolled_grads k={_k}", [_shared, list(_copies)], rtol=0, atol=1e-10)
-    _Wr = _W.detach().clone().requires_grad_()
-    _hr = _h0
-    for _ in range(_k):
-        _hr = torch.tanh(_Wr @ _hr)
-    (_ref,) = torch.autograd.grad(_hr.sum(), _Wr)
-    assert torch.allclose(_shared, _ref, atol=1e-10)
-    assert len(_copies) == _k and torch.allclose(sum(_copies), _ref, atol=1e-10)
-    _hr = _h0
-    _Ws = [_W.detach().clone().requires_grad_() for _ in range(_k)]
-    for _Wi in _Ws:
-        _hr = torch.tanh(_Wi @ _hr)
-    _refs = torch.autograd.grad(_hr.sum(), _Ws)
-    assert all(torch.allclose(g, r, atol=1e-10) for g, r in zip(_copies, _refs, strict=True))
+    observe(
+        f"unrolled_grads(W, h0, k={_k}) on a random 4x4 W that already holds a gradient",
+        {"shared": _shared, "copies": list(_copies)},
+        rtol=0,
+        atol=1e-10,
+        hint="shared is the gradient of this loss only (clear W.grad before backward()); "
+        "copies has k entries, and step i of the second forward pass uses copy W_i, from h0.",
+    )
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -396,27 +397,75 @@ check(_n == 0, f"W is not used in this loss, count_uses should return 0, got {_n
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
+_hint = (
+    "Count edges (child, index) into W's AccumulateGrad node, and visit each node once (keep a "
+    "set of visited nodes): a result used twice is not two uses of W, but one node using W twice "
+    "(a * a) is."
+)
 _gen = torch.Generator().manual_seed(32)
-_a = torch.randn(3, requires_grad=True, generator=_gen)
+_counts = {}
+for _k in torch.randint(2, 9, (3,), generator=_gen).tolist():
+    _W = torch.randn(4, 4, requires_grad=True, generator=_gen)
+    _t = torch.randn(4, 1, generator=_gen)
+    for _ in range(_k):
+        _t = torch.tanh(_W @ _t)
+        _t = _t + _t  # every step's result is used twice
+    _counts[f"chain of {_k} steps"] = float(count_uses(_t.sum(), _W))
+observe(
+    "count_uses(loss, W) on random chains of tanh(W @ h) whose every result is used twice",
+    _counts,
+    rtol=0,
+    atol=0,
+    hint=_hint,
+)
+_W = torch.randn(3, 3, requires_grad=True, generator=_gen)
+_x = torch.randn(3, 1, generator=_gen)
+_m, _k = torch.randint(2, 6, (2,), generator=_gen).tolist()
+_u = _W @ _x
+_loss = sum((_u * _i).sin().sum() for _i in range(1, _m + 1))  # u feeds m branches
+_loss = _loss + sum((_W * _i).sum() for _i in range(1, _k + 1))  # and W is used k more times
+_other = torch.randn(3, 3, requires_grad=True, generator=_gen)
+observe(
+    f"count_uses(loss, W) where u = W @ x feeds {_m} branches and W is used {_k} more times, "
+    "and on a loss without W",
+    {
+        "u in branches, W used again": float(count_uses(_loss, _W)),
+        "W not in the loss": float(count_uses((_other @ _x).sum(), _W)),
+    },
+    rtol=0,
+    atol=0,
+    hint=_hint,
+)
+_counts = {}
+for _m in torch.randint(2, 7, (2,), generator=_gen).tolist():
+    _a = torch.randn(3, requires_grad=True, generator=_gen)
+    _p = _a * _a  # one node with two edges into a's AccumulateGrad
+    for _ in range(_m - 2):
+        _p = _p * _a
+    _counts[f"a multiplied {_m} times"] = float(count_uses(_p.sum(), _a))
+observe(
+    "count_uses(loss, a) on loss = (a * a * ... * a).sum()", _counts, rtol=0, atol=0, hint=_hint
+)
+_r = torch.randint(2, 6, (), generator=_gen).item()
 _middle = nn.Linear(4, 4)
 _z = torch.randn(2, 4, generator=_gen)
-for _ in range(3):
+for _ in range(_r):
     _z = _middle(_z).clamp(min=0)
 _z = _z + _z  # a shared intermediate again
 _t = _W @ _x
 for _ in range(12):  # a long ladder of shared intermediates
     _t = _t.sin() + _t.cos()
-_counts = [
-    count_uses(_h.sum(), _W),  # the visible cases: 4, 1 and 0
-    count_uses(_u.sin().sum() + _u.cos().sum(), _W),
-    count_uses((_other @ _x).sum(), _W),
-    count_uses((_a * _a).sum(), _a),
-    count_uses(_z.sum(), _middle.weight),
-    count_uses(_z.sum(), _middle.bias),
-    count_uses(_t.sum(), _W),
-]
-observe("count_uses", [float(_c) for _c in _counts], rtol=0, atol=0)
-assert _counts == [4, 1, 0, 2, 3, 3, 1]
+observe(
+    f"count_uses on a Linear layer applied {_r} times, and on a ladder of 12 shared intermediates",
+    {
+        "Linear weight": float(count_uses(_z.sum(), _middle.weight)),
+        "Linear bias": float(count_uses(_z.sum(), _middle.bias)),
+        "W under the ladder": float(count_uses(_t.sum(), _W)),
+    },
+    rtol=0,
+    atol=0,
+    hint=_hint,
+)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -532,17 +581,16 @@ for _branches in ([2, 1, 1, 2, 1], [1, 1, 1], [2, 2, 1, 1, 2, 2]):
     with torch.no_grad():  # start from values drawn here, not from the global RNG
         for _p in _net.parameters():
             _p.copy_(torch.randn(_p.shape, generator=_gen))
-    _ref = copy.deepcopy(_net)
     _x = torch.rand(16, 4, generator=_gen)
     sgd_train(_net, _x, _branches, lr=0.05)
-    observe(f"sgd_train {_branches}", [_p.detach() for _p in _net.parameters()], atol=1e-6)
-    _opt = torch.optim.SGD(_ref.parameters(), lr=0.05)
-    for _br in _branches:
-        _opt.zero_grad()
-        _ref(_x, _br).pow(2).mean().backward()
-        _opt.step()
-    for _p, _q in zip(_net.parameters(), _ref.parameters(), strict=True):
-        assert torch.allclose(_p, _q, atol=1e-6)
+    observe(
+        f"sgd_train(net, x, {_branches}, lr=0.05) on a TwoBranch net with random weights: "
+        "its parameters afterwards",
+        {_name: _p.detach() for _name, _p in _net.named_parameters()},
+        atol=1e-6,
+        hint="Clear the gradients at the start of every step (net.zero_grad()), and update only "
+        "the parameters whose .grad is not None: a layer moves only in the steps that use it.",
+    )
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -650,12 +698,26 @@ for _n, _micro in ((7, 1), (9, 9), (13, 5), (16, 20)):
             _p.copy_(torch.randn(_p.shape, dtype=torch.float64, generator=_gen))
     _X = torch.randn(_n, 4, dtype=torch.float64, generator=_gen)
     _y = torch.randn(_n, 1, dtype=torch.float64, generator=_gen)
-    _want = _big_batch(_model, _X, _y)
     for _p in _model.parameters():
         _p.grad = torch.full_like(_p, 3.0)  # stale gradients must be cleared
     _got = accumulated_grads(_model, _X, _y, _micro)
-    observe(f"accumulated_grads N={_n} micro={_micro}", list(_got), rtol=0, atol=1e-10)
-    assert all(torch.allclose(g, w, rtol=0, atol=1e-10) for g, w in zip(_got, _want, strict=True))
+    _returned = [_g.detach().clone() for _g in _got]
+    _model(_X).sum().backward()  # a later backward() adds into every p.grad
+    _names = [_name for _name, _ in _model.named_parameters()]
+    _record = {f"grad of {_pn}": _g for _pn, _g in zip(_names, _returned, strict=False)}
+    _record["number of gradients"] = len(_got)
+    _record["unchanged by a later backward()"] = all(
+        torch.equal(_g, _r) for _g, _r in zip(_got, _returned, strict=True)
+    )
+    observe(
+        f"accumulated_grads(model, X, y, micro={_micro}) with N={_n} rows, on a 2-layer float64 "
+        "model that holds stale gradients",
+        _record,
+        rtol=0,
+        atol=1e-10,
+        hint="Clear the gradients first, scale each micro-batch's mean loss by len(chunk) / len(X) "
+        "(the last chunk may be smaller), and return copies (p.grad.clone()).",
+    )
 ### END HIDDEN TESTS
 
 # %% [markdown]

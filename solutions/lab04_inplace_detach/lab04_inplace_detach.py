@@ -141,18 +141,25 @@ check(
 from grader_observe import observe
 
 _gen = torch.Generator().manual_seed(4)
-for _ in range(3):
+for _case in range(1, 4):
     _a, _b, _c = (torch.randn((), dtype=torch.float64, generator=_gen) for _ in range(3))
     _w1, _w2, _x = (t.clone().requires_grad_() for t in (_a, _b, _c))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         _g1, _g2 = node_gradients(_w1, _w2, _x)
-    observe("grad_first, grad_second, w1/w2/x.grad", [_g1, _g2, _w1.grad, _w2.grad, _x.grad])
-    _y2 = _a * _b * _c
-    assert torch.allclose(_g2, 2 * _y2)
-    assert torch.allclose(_g1, 2 * _y2 * _b)
-    assert torch.allclose(_x.grad, 2 * _y2 * _a * _b)
-    assert torch.allclose(_w1.grad, 2 * _y2 * _b * _c)
+    observe(
+        f"node_gradients(w1, w2, x) on random float64 scalars (case {_case} of 3): its two "
+        "gradients, and the gradients it left in w1, w2 and x",
+        {
+            "grad_first": _g1,
+            "grad_second": _g2,
+            "w1.grad": _w1.grad,
+            "w2.grad": _w2.grad,
+            "x.grad": _x.grad,
+        },
+        hint="After y = w2 * y the name y labels the new node: keep a second name on the first "
+        "y, call retain_grad() on both nodes, and call out.backward() exactly once.",
+    )
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -285,23 +292,27 @@ check(
 from grader_observe import observe
 
 _gen = torch.Generator().manual_seed(41)
-for _ in range(3):
+for _case in range(1, 4):
     _x = torch.randn(7, dtype=torch.float64, requires_grad=True, generator=_gen)
-    _x_before = _x.detach().clone()
     _out = broken(_x)
+    _requires_grad = _out.requires_grad
     _raised = None
     try:
         _out.backward()
     except RuntimeError as _error:
         _raised = str(_error)
-    _version_error = _raised is not None and "modified by an inplace operation" in _raised
     observe(
-        "out, x after the call, version error, requires_grad",
-        [_out.detach(), _x.detach(), _version_error, _out.requires_grad],
+        f"broken(x) on a random float64 vector of 7 (case {_case} of 3), then backward()",
+        {
+            "out": _out.detach(),
+            "out.requires_grad": _requires_grad,
+            "x after the call": _x.detach(),
+            "backward() raised the version counter error": _raised is not None
+            and "modified by an inplace operation" in _raised,
+        },
+        hint="Compute sum(3 * tanh(x)) and change the output of torch.tanh in place (mul_), "
+        "neither x nor a new tensor, so that backward() finds a saved tensor modified.",
     )
-    assert torch.allclose(_out.detach(), (3 * torch.tanh(_x_before)).sum())
-    assert torch.equal(_x.detach(), _x_before)
-    assert _version_error, "broken(x).backward() should fail with the version counter error"
 ### END HIDDEN TESTS
 
 
@@ -352,16 +363,25 @@ check(
 from grader_observe import observe
 
 _gen = torch.Generator().manual_seed(42)
-for _ in range(3):
+for _case in range(1, 4):
     _x = torch.randn(2, 5, dtype=torch.float64, requires_grad=True, generator=_gen)
-    _x_before = _x.detach().clone()
     _out = fixed(_x)
-    observe("out, requires_grad", [_out.detach(), _out.requires_grad])
-    assert torch.allclose(_out.detach(), (3 * torch.tanh(_x_before)).sum())
-    _out.backward()
-    observe("x.grad, x after the call", [_x.grad, _x.detach()])
-    assert torch.equal(_x.detach(), _x_before)
-    assert torch.allclose(_x.grad, 3 * (1 - torch.tanh(_x_before) ** 2))
+    observe(
+        f"fixed(x) on a random float64 2x5 matrix (case {_case} of 3)",
+        {"out": _out.detach(), "out.requires_grad": _out.requires_grad},
+        hint="Compute sum(3 * tanh(x)) out of place (torch.tanh(x) * 3), with recording on: "
+        "no torch.no_grad() and no detach().",
+    )
+    _raised = False
+    try:
+        _out.backward()
+    except RuntimeError:
+        _raised = True
+    observe(
+        f"fixed(x).backward() in case {_case}: what it left in x",
+        {"backward() raised": _raised, "x.grad": _x.grad, "x": _x.detach()},
+        hint="backward() must run and reach x through tanh, and x itself must stay unchanged.",
+    )
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -460,20 +480,36 @@ _params = [
 _target = torch.randn(5, 3, generator=_gen)
 _inp = torch.randn(5, 4, generator=_gen)
 ((_inp @ _params[0] + _params[1] - _target) ** 2).mean().backward()
-_expected = [(p - 0.05 * p.grad).detach() for p in _params]
-_ptrs = [p.data_ptr() for p in _params]
+_ptrs = [_p.data_ptr() for _p in _params]
+_holders = [_p.detach() for _p in _params]  # other views of the same memory
 sgd_step(_params, 0.05)
-observe("params after the step", [_p.detach() for _p in _params], atol=1e-6)
 observe(
-    "leaf, requires_grad, same memory",
-    [
-        [_p.is_leaf, _p.requires_grad, _p.data_ptr() == _ptr]
-        for _p, _ptr in zip(_params, _ptrs, strict=True)
-    ],
+    "sgd_step([W, b], lr=0.05) after backward() of a random least-squares loss: W (4x3) and "
+    "b (3) afterwards, and as seen through views taken before the step",
+    {
+        "W": _params[0].detach(),
+        "b": _params[1].detach(),
+        "W seen by an earlier view": _holders[0],
+        "b seen by an earlier view": _holders[1],
+    },
+    atol=1e-6,
+    hint="Subtract lr * p.grad from p in place (p -= ..., under torch.no_grad()), before "
+    "resetting the gradient; p = p - ... only rebinds the loop variable.",
 )
-for _p, _e, _ptr in zip(_params, _expected, _ptrs, strict=True):
-    assert torch.allclose(_p.detach(), _e, atol=1e-6)
-    assert _p.is_leaf and _p.requires_grad and _p.data_ptr() == _ptr
+observe(
+    "sgd_step([W, b], lr=0.05): is each parameter still a leaf that requires grad, in its memory",
+    {
+        f"{_name} {_fact}": _value
+        for _name, _p, _ptr in zip(("W", "b"), _params, _ptrs, strict=True)
+        for _fact, _value in (
+            ("is_leaf", _p.is_leaf),
+            ("requires_grad", _p.requires_grad),
+            ("in the same memory", _p.data_ptr() == _ptr),
+        )
+    },
+    hint="Update the parameters in place inside `with torch.no_grad():`, so they stay leaves "
+    "that require a gradient, in the same memory.",
+)
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "points": 1, "grade_id": "test_sgd_zero"}
@@ -493,16 +529,22 @@ check(
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-# Two steps of the same gradient must move w by exactly two steps, not 1 + 2.
-_w = torch.tensor([1.0, 2.0], requires_grad=True)
-for _ in range(2):
-    (_w * torch.tensor([3.0, -1.0])).sum().backward()
-    sgd_step([_w], 0.1)
-    # a reset gradient may be zeros or None: record both as zeros
-    _grad = torch.zeros_like(_w) if _w.grad is None else _w.grad
-    observe("w and its reset gradient", [_w.detach(), _grad], atol=1e-6)
-assert torch.allclose(_w.detach(), torch.tensor([0.4, 2.2]), atol=1e-6)
-assert _w.grad is None or torch.count_nonzero(_w.grad).item() == 0
+# After each step, the next backward() must give the gradient of the new loss only.
+_gen = torch.Generator().manual_seed(45)
+_w = torch.randn(3, requires_grad=True, generator=_gen)
+_c = torch.randn(3, generator=_gen)
+((_w - _c) ** 2 * _c).sum().backward()
+for _step in range(1, 4):
+    sgd_step([_w], 0.2)
+    ((_w - _c) ** 2 * _c).sum().backward()
+    observe(
+        f"sgd_step([w], lr=0.2) on ((w - c)**2 * c).sum() with random w and c: w after step "
+        f"{_step}, and w.grad after the next backward()",
+        {"w": _w.detach(), "w.grad": _w.grad},
+        atol=1e-6,
+        hint="Reset p.grad after the update (p.grad.zero_(), or p.grad = None), or the next "
+        "backward() adds the new gradient to the old one.",
+    )
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -687,21 +729,26 @@ check(
 from grader_observe import observe
 
 _gen = torch.Generator().manual_seed(44)
-for _ in range(3):
+for _case, _gamma in enumerate((0.9, 0.5, 0.99), start=1):
     _w = torch.randn(5, dtype=torch.float64, requires_grad=True, generator=_gen)
     _s = torch.randn(5, dtype=torch.float64, generator=_gen)
     _s_next = torch.randn(5, dtype=torch.float64, generator=_gen)
-    _r, _gamma = torch.randn((), generator=_gen).item(), 0.9
-    _w_before = _w.detach().clone()
+    _r = torch.randn((), generator=_gen).item()
     _loss = bootstrap_loss(_w, _s, _r, _s_next, _gamma)
-    _pred = (_w_before * _s).sum()
-    _target = _r + _gamma * (_w_before * _s_next).sum()
-    observe("loss, requires_grad", [_loss.detach(), _loss.requires_grad])
-    assert torch.allclose(_loss.detach(), (_pred - _target) ** 2)
+    observe(
+        f"bootstrap_loss(w, s, r, s_next, gamma={_gamma}) on random float64 vectors of 5 "
+        f"(case {_case} of 3)",
+        {"loss": _loss.detach(), "loss.requires_grad": _loss.requires_grad},
+        hint="Return (w . s - (r + gamma * w . s_next)) ** 2 as a scalar tensor; detach only "
+        "the target, so that the loss still requires a gradient.",
+    )
     _loss.backward()
-    observe("w.grad, w after the call", [_w.grad, _w.detach()])
-    assert torch.allclose(_w.grad, 2 * (_pred - _target) * _s)
-    assert torch.equal(_w.detach(), _w_before)
+    observe(
+        f"bootstrap_loss(...).backward() in case {_case}: what it left in w",
+        {"w.grad": _w.grad, "w": _w.detach()},
+        hint="The gradient must flow through the prediction w . s only: use w.detach() in the "
+        "target (not in the prediction), and leave w itself unchanged.",
+    )
 ### END HIDDEN TESTS
 
 # %% [markdown]
