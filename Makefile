@@ -74,4 +74,4 @@ lab: install
 	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) labs/
 
 clean:
-	rm -rf build autograded feedback gradebook.db grades.csv .pytest_cache
+	rm -rf build autograded feedback gradebook.db grades.csv grades-wide.csv grading-log.jsonl timings.csv report .pytest_cache

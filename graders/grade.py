@@ -25,6 +25,7 @@ goes on and exits 0.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import queue
 import subprocess
@@ -113,6 +114,8 @@ def grade_class(
         if problem.student is not None:
             merge.record_failure(root, problem.student, problem.lab)
             problem.reason += "; recorded as 0"
+            failed = HandIn(problem.student, problem.lab, b"", where=problem.where)
+            log_hand_in(root, failed, {"ok": False}, report)
     for hand_in in hand_ins:
         if hand_in.ignored:
             shown = ", ".join(hand_in.ignored[:5]) + (" ..." if len(hand_in.ignored) > 5 else "")
@@ -213,6 +216,28 @@ def _merge_one(root: Path, hand_in: HandIn, result: dict, report: Report) -> Non
         except Exception as again:  # noqa: BLE001
             report.problems.append(Problem(hand_in.where, f"could not be recorded: {again}"))
     report.timings[key]["merge"] = time.monotonic() - mark
+    log_hand_in(root, hand_in, result, report)
+
+
+GRADING_LOG = "grading-log.jsonl"  # what grading recorded, one line per hand-in graded
+
+
+def log_hand_in(root: Path, hand_in: HandIn, result: dict, report: Report) -> None:
+    """Append what grading this hand-in recorded (the gradebook holds the scores): when, how
+    long each phase took, each test cell's verdict, and why it needs a human look."""
+    key = (hand_in.student, hand_in.lab)
+    entry = {
+        "student": hand_in.student,
+        "lab": hand_in.lab,
+        "graded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "ok": bool(result.get("ok")),
+        "timings": {k: round(v, 3) for k, v in report.timings.get(key, {}).items()},
+        "verdicts": report.verdicts.get(key, {}),
+        "problems": [p.reason for p in report.problems if p.where == hand_in.where],
+        "ignored": hand_in.ignored[:20],
+    }
+    with open(root / GRADING_LOG, "a", encoding="utf-8") as log:
+        log.write(json.dumps(entry) + "\n")
 
 
 def table(report: Report, labs: list[str]) -> str:
