@@ -118,6 +118,7 @@ def _system_binds() -> list[str]:
             argv += ["--symlink", os.readlink(top), str(top)]
         elif top.is_dir():
             argv += ["--ro-bind", str(top), str(top)]
+    argv += ["--perms", "0755", "--dir", "/etc"]
     for name in ("ld.so.cache", "localtime"):  # the dynamic linker's cache; the time zone
         path = Path("/etc") / name
         if path.exists():
