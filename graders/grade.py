@@ -78,8 +78,10 @@ def read_scores(root: Path, labs: list[str]) -> tuple[dict, dict]:
 
 
 def _job(hand_in: HandIn, common: dict, releases: dict[str, str]) -> dict:
+    folder = Path(common["course"]) / "labs" / hand_in.lab
     return dict(
         common,
+        files=sorted(str(p) for p in folder.iterdir() if p.is_file() and p.suffix != ".ipynb"),
         lab=hand_in.lab,
         notebook=hand_in.notebook.decode("utf-8"),
         timestamp=hand_in.timestamp,
@@ -145,6 +147,7 @@ def grade_class(
             "budget_s": budget_s,
             "feedback": feedback,
             "scratch_root": tmp,
+            "course": str(root),
         }
 
         def work(number: int) -> None:

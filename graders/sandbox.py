@@ -187,10 +187,12 @@ def kernel_argv(
     env: dict[str, str] | None = None,
     uid: int | None = None,
     group: list[Path] | None = None,
+    files: list[Path] | None = None,
 ) -> list[str]:
     """`command` (the kernel's) in the sandbox. `private` (its connection file and sockets)
     is the only host folder it may write; its working folder is a tmpfs of its own.
-    `uid`: the host user it runs as (root graders only). `group`: cgroup folders it joins."""
+    `uid`: the host user it runs as (root graders only). `group`: cgroup folders it joins.
+    `files`: read-only files put in its working folder (a lab's data beside the notebook)."""
     argv = []
     if group:  # join the cgroups first, then become the sandbox (sh is trusted, ours)
         joins = " && ".join(f"echo $$ > {p}/cgroup.procs" for p in group)
@@ -211,6 +213,8 @@ def kernel_argv(
     argv += ["--size", str(SHM_BYTES), "--perms", "1777", "--tmpfs", "/dev/shm"]
     argv += ["--perms", "0755", "--dir", "/home"]
     argv += ["--size", str(WORKDIR_BYTES), "--perms", "0777", "--tmpfs", WORKDIR]
+    for path in files or []:  # declared files beside the notebook, read-only
+        argv += ["--ro-bind", str(path), f"{WORKDIR}/{Path(path).name}"]
     argv += ["--perms", "1777", "--tmpfs", "/tmp"]
     for parent in reversed(private.parents):
         if parent != Path("/") and parent not in taken:
@@ -367,7 +371,7 @@ class SandboxKernelManager(AsyncKernelManager):
     and the kill is written to the events file so the grader can say why.
     """
 
-    sandbox = Dict(help="runtime, readonly, threads, budget_s, events, env (graders.grade)")
+    sandbox = Dict(help="runtime, readonly, files, threads, budget_s, events, env (graders.task)")
 
     @default("sandbox")
     def _sandbox_default(self):
@@ -400,6 +404,7 @@ class SandboxKernelManager(AsyncKernelManager):
             env=self.sandbox.get("env", {}),
             uid=uid,
             group=self._groups,
+            files=[Path(p) for p in self.sandbox.get("files", [])],
         )
         kw.pop("cwd", None)  # never nbgrader's autograded folder
         kw["env"] = {}  # the sandbox sets the kernel's environment (an allow-list)

@@ -118,8 +118,9 @@ def verdicts(graded) -> dict[str, dict]:
 
 def grade(api_for, job: dict) -> dict:
     """Grade one hand-in. `job`: lab, notebook (text), timestamp, release (the lab's
-    released notebook, text), gradebook (assignments-only file), reference_dir, data_root,
-    cell_timeout, budget_s. `api_for(root, config_changes)`: an nbgrader API on a course."""
+    released notebook, text), files (the release's other files, read-only beside it),
+    gradebook (assignments-only file), reference_dir, data_root, cell_timeout, budget_s.
+    `api_for(root, config_changes)`: an nbgrader API on a course."""
     timings, started = {}, time.monotonic()
     lab = job["lab"]
     budget = job.get("budget_s") or NOTEBOOK_BUDGET_S
@@ -142,6 +143,7 @@ def grade(api_for, job: dict) -> dict:
         settings = {
             "runtime": str(runtime),
             "readonly": [job["data_root"]] if job.get("data_root") else [],
+            "files": job.get("files", []),
             "env": {"COURSE_DATA_ROOT": job["data_root"]} if job.get("data_root") else {},
             "threads": sandbox.KERNEL_THREADS,
             "budget_s": budget,

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -20,7 +19,7 @@ import nbformat
 import pytest
 import torch
 
-from graders import grade, sandbox
+from graders import sandbox
 from graders.build import source_notebook
 from graders.course import LABS, REPO, SOLUTIONS
 from graders.demo import declared_class, student_notebook
@@ -215,31 +214,30 @@ def complete_notebook(lab: str):
 
 
 def execute_outside(nb, workdir: Path, scratch: Path) -> None:
-    """Run `nb` in `workdir` in the grading sandbox (the repository hidden), like nbgrader."""
+    """Run `nb` in the grading sandbox, like the grader: the repository and every course
+    variable out of sight, the lab's release folder (`workdir`) the kernel's only files."""
     from jupyter_client.kernelspec import KernelSpecManager
     from nbclient import NotebookClient
 
     scratch.mkdir(parents=True)
-    env = grade.sandbox_env(REPO, scratch)
-    specs = KernelSpecManager(kernel_dirs=[str(Path(env["JUPYTER_PATH"]) / "kernels")])
+    (scratch / "runtime").mkdir()
+    sandbox.write_kernelspec(scratch / "jupyter")
+    specs = KernelSpecManager(kernel_dirs=[str(scratch / "jupyter" / "kernels")])
+    files = [str(p) for p in workdir.iterdir() if p.suffix != ".ipynb"]
     km = sandbox.SandboxKernelManager(
         kernel_name="python3",
         kernel_spec_manager=specs,
-        sandbox=json.loads(env.pop(sandbox.SETTINGS_ENV)),
+        sandbox={
+            "runtime": str(scratch / "runtime"),
+            "threads": 1,
+            "files": [str(p) for p in files],
+        },
     )
-    # A student's machine: no course variables. The labs' short-training switch is on (a full
-    # run of every lab takes over 6 minutes here); what is tested is what the notebook needs.
-    drop = {"PYTHONPATH", "COURSE_DATA_ROOT", "COURSE_MNIST_MIRROR"}
-    kernel_env = {k: v for k, v in os.environ.items() if k not in drop} | env
-    kernel_env["NBGRADER_EXECUTION"] = "autograde"
-    client = NotebookClient(
-        nb,
-        km=km,
-        timeout=LAB_BUDGET_S,
-        allow_errors=True,
-        resources={"metadata": {"path": str(workdir)}},
-    )
-    client.execute(env=kernel_env, cwd=str(workdir))
+    # The sandbox's environment is a student machine's (no course variables); it sets
+    # NBGRADER_EXECUTION, so the labs train for less (a full run of every lab takes over
+    # 6 minutes here); what is tested is what the notebook needs.
+    client = NotebookClient(nb, km=km, timeout=LAB_BUDGET_S, allow_errors=True)
+    client.execute()
 
 
 def errors(nb) -> list[str]:
@@ -273,7 +271,7 @@ def test_the_outside_kernel_cannot_see_the_repository(tmp_path):
     problems = errors(nb)
     assert len(problems) == 2, problems
     assert "ModuleNotFoundError" in problems[0] and "FileNotFoundError" in problems[1]
-    assert nb.cells[2].outputs[0]["text"].strip() == str(workdir)
+    assert nb.cells[2].outputs[0]["text"].strip() == sandbox.WORKDIR
 
 
 @pytest.mark.parametrize("lab", LABS)
