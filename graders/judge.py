@@ -355,6 +355,25 @@ def verdict(cell, index: int, reference: list[dict], limits: dict) -> tuple[str,
     return "passed", "Passed."
 
 
+class GradingEnvironmentError(RuntimeError):
+    """The grading environment lacks a package the lab needs: no grade would be right."""
+
+
+ENVIRONMENT = "This grading environment lacks"  # the setup cell's words (solutions/common)
+
+
+def environment_problem(nb) -> str | None:
+    """The setup cell's one sentence when the grading environment lacks a package."""
+    for cell in nb.cells:
+        if cell.cell_type != "code" or is_grade(cell):
+            continue
+        for output in cell.get("outputs", []):
+            evalue = str(output.get("evalue", "")) if output.get("output_type") == "error" else ""
+            if evalue.startswith(ENVIRONMENT):
+                return evalue.splitlines()[0][:300]
+    return None
+
+
 class JudgeRecords(NbGraderPreprocessor):
     """A step of nbgrader's autograde, after Execute and before SaveAutoGrades: every test
     cell's outputs become the judge's verdict (see the module's docstring)."""
@@ -367,6 +386,9 @@ class JudgeRecords(NbGraderPreprocessor):
         info = resources.get("nbgrader", {})
         lab = info.get("assignment")
         limits = resources.get("sandbox_limits", {})
+        problem = environment_problem(nb)
+        if problem:  # stop: grading this notebook here would give 0 for nothing
+            raise GradingEnvironmentError(problem)
         reference = self._reference(lab, resources)
         for index, cell in test_cells(nb):
             grade_id = cell.metadata.nbgrader["grade_id"]

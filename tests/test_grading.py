@@ -13,17 +13,27 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 from graders.build import build
+from graders.catalogue import catalogue, expected, write_packs
 from graders.course import LABS, REPO, lab_source
-from graders.demo import compare, declared_class, write_class
+from graders.demo import answer_ids, compare, declared_class, write_class
 from graders.feedback import TemplateFeedback
 from graders.grade import grade_class
 
 
-def test_demo_class_gets_its_declared_scores(course):
+@pytest.fixture(scope="session")
+def graded(course):
+    """The demo class and the mistake catalogue of every lab, graded in one class run."""
     students = write_class(course, LABS, course / "labs")
+    packs = [pack for lab in LABS for pack in write_packs(course, lab, course / "labs")]
     report = grade_class(course, labs=LABS, workers=2, quiet=True)
+    return students, packs, report
+
+
+def test_demo_class_gets_its_declared_scores(course, graded):
+    students, _packs, report = graded
     assert not report.problems, report.problems
     assert compare(students, report.scores) == []
     # every lab's demo class is complete: full marks, nothing, part, a crash, two mistakes
@@ -41,6 +51,43 @@ def test_demo_class_gets_its_declared_scores(course):
         assert (course / "feedback" / s.name / s.lab / f"{s.lab}.html").is_file()
 
 
+def test_the_mistake_catalogue_gets_its_declared_scores(graded):
+    """Every catalogued answer loses exactly its declared points, in its own exercise only
+    (variants of several exercises share a hand-in: their losses must add up)."""
+    _students, packs, report = graded
+    wrong = []
+    for pack in packs:
+        got = report.scores.get((pack.name, pack.lab))
+        want = expected(pack, report.max_scores[pack.lab])
+        if got is None or abs(got - want) > 1e-9:
+            names = ", ".join(f"{v.exercise} ({v.kind}: {v.why})" for v in pack.variants)
+            wrong.append(f"{pack.lab}/{pack.name}: want {want}, got {got}: {names}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_failure_has_a_sentence(graded):
+    """No failed check is explained by a bare exception name: each says what was wrong."""
+    _students, _packs, report = graded
+    bare = [
+        f"{student}/{lab} {grade_id}: {v['sentence']}"
+        for (student, lab), verdicts in report.verdicts.items()
+        for grade_id, v in verdicts.items()
+        if v["kind"] != "passed" and len(v["sentence"].split()) < 6
+    ]
+    assert not bare, bare
+
+
+@pytest.mark.parametrize("lab", [lab for lab in LABS if catalogue(lab)])
+def test_a_catalogue_covers_every_exercise(lab):
+    """At least three wrong answers per exercise and two other correct ones per lab."""
+    variants = catalogue(lab)
+    release = nbformat.read(REPO / "labs" / lab / f"{lab}.ipynb", as_version=4)
+    for exercise in answer_ids(release):
+        wrong = [v for v in variants if v.exercise == exercise and v.kind == "wrong"]
+        assert len(wrong) >= 3, f"{lab}: {exercise} has {len(wrong)} wrong variants"
+    assert sum(v.kind == "correct" for v in variants) >= 2, f"{lab}: fewer than 2 correct"
+
+
 def hidden_lines(lab: str) -> list[str]:
     """Lines of the lab's hidden tests that appear nowhere in what students are given."""
     released = (REPO / "labs" / lab / f"{lab}.ipynb").read_text()
@@ -53,7 +100,7 @@ def hidden_lines(lab: str) -> list[str]:
     return lines
 
 
-def test_feedback_never_shows_hidden_tests(course):
+def test_feedback_never_shows_hidden_tests(course, graded):
     """Runs after the demo class was graded: no feedback page holds hidden test code."""
     pages = list((course / "feedback").glob("*/*/*.html"))
     assert pages, "no feedback was written"

@@ -113,8 +113,9 @@ draw(out, params=params)
 # %% [markdown]
 # ### Reading a torchviz picture
 #
-# `draw(t)` calls torchviz's `make_dot(t)` (if your machine has no Graphviz program, it
-# says so instead of drawing; everything else in this lab works without it). In the
+# `draw(t)` calls torchviz's `make_dot(t)` and turns it into a picture with Graphviz's `dot`
+# or `graphviz-pure` (with neither, it prints the graph's nodes and edges as text and says
+# how to get pictures; everything else in this lab works without them). In the
 # picture, the **arrows follow the forward pass**: from each leaf, through the operations
 # that used it, to the output. `backward()` walks the same arrows the other way, from the
 # output back to the leaves. The colours mean:
@@ -140,6 +141,8 @@ draw(out, params=params)
 
 # %%
 draw(out, params=params, show_saved=True, show_attrs=True)
+
+# %%
 tanh_node = next_h.grad_fn
 print("TanhBackward0 saved its result:", torch.equal(tanh_node._saved_result, next_h))
 mm_node = i2h.grad_fn
