@@ -333,33 +333,39 @@ print(
 from grader_observe import observe
 
 _gen = torch.Generator().manual_seed(51)
-_model = DynamicNet()
+_model = DynamicNet(hidden=40)
 with torch.no_grad():  # weights from an explicit generator, not from the global RNG
     for _name, _p in sorted(_model.named_parameters()):
         _p.copy_(torch.randn(_p.shape, generator=_gen) / _p.shape[-1] ** 0.5)
-observe("number of parameters", len(list(_model.parameters())))
+observe(
+    "parameter names and shapes of DynamicNet(hidden=40)",
+    {_name: list(_p.shape) for _name, _p in sorted(_model.named_parameters())},
+    hint="Keep the three layers of __init__ and add none: the middle layer is one layer, reused.",
+)
 for _seed in range(20):
-    _n = random.Random(100 + _seed).randint(1, 9)
-    _x = torch.randn(_n, 784, generator=_gen)
-    _d = random.Random(_seed).randint(0, 3)
+    _n = 2 + _seed % 6
+    _kind = "images" if _seed % 2 else "flat inputs"
+    _x = torch.randn((_n, 1, 28, 28) if _seed % 2 else (_n, 784), generator=_gen)
     _r = CountingRandom(_seed)
     _out = _model(_x, rng=_r)
-    observe("depth, randint calls, output", [_model.last_depth, _r.calls, _out], atol=1e-6)
-    assert torch.allclose(_out, reference_forward(_model, _x, _d), atol=1e-5)
-    assert _r.calls == 1 and _model.last_depth == _d
+    observe(
+        f"DynamicNet(hidden=40) forward with rng=CountingRandom({_seed}) on {_n} random {_kind}",
+        {"last_depth": _model.last_depth, "randint calls": _r.calls, "output": _out},
+        atol=1e-6,
+        hint="Draw the depth with one rng.randint(0, 3) on the rng you are given, apply "
+        "middle_linear and a ReLU that many times, and put no ReLU after output_linear.",
+    )
 _x, _y = torch.randn(7, 784, generator=_gen), torch.randint(0, 10, (7,), generator=_gen)
-_v = torch.randn(100, generator=_gen, dtype=torch.float64)
+_v = torch.randn(40, generator=_gen, dtype=torch.float64)
 _model.zero_grad(set_to_none=True)
 F.nll_loss(_model(_x, rng=random.Random(seed_for_depth(3))), _y).backward()
-_copies = [_model.middle_linear.weight.detach().clone().requires_grad_() for _ in range(3)]
-F.nll_loss(reference_forward(_model, _x, 3, _copies), _y).backward()
+_w, _b = _model.middle_linear.weight.grad, _model.middle_linear.bias.grad
 observe(
-    "depth 3: middle_linear.weight.grad @ v, bias grad",
-    [_model.middle_linear.weight.grad.double() @ _v, _model.middle_linear.bias.grad],
+    "middle_linear's gradients after backward through a depth-3 pass on 7 random inputs",
+    {"weight gradient @ v": None if _w is None else _w.double() @ _v, "bias gradient": _b},
     atol=1e-6,
+    hint="All three uses must be the same middle_linear layer, so that its .grad adds them up.",
 )
-assert torch.allclose(_model.middle_linear.weight.grad, sum(_c.grad for _c in _copies), atol=1e-6)
-assert len(list(_model.parameters())) == 6
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "points": 1, "grade_id": "test_depth_zero"}
@@ -382,15 +388,25 @@ check(
 from grader_observe import observe
 
 _gen = torch.Generator().manual_seed(52)
-for _depth in range(4):
-    _model = DynamicNet()
-    _r = CountingRandom(seed_for_depth(_depth))
-    _x = torch.randn(3, 784, generator=_gen)
-    F.nll_loss(_model(_x, rng=_r), torch.tensor([0, 1, 2])).backward()
-    _none = sorted(_n for _n, _p in _model.named_parameters() if _p.grad is None)
-    observe(f"depth {_depth}: randint calls, parameters with grad None", [_r.calls, _none])
-    assert _r.calls == 1
-    assert _none == (["middle_linear.bias", "middle_linear.weight"] if _depth == 0 else [])
+_model = DynamicNet(hidden=24)
+for _seed in range(8):  # the seeds draw the depths 3, 1, 0, 1, 1, 2, 0, 2
+    _n = 2 + _seed % 3
+    _r = CountingRandom(_seed)
+    _model.zero_grad(set_to_none=True)
+    _x = torch.randn(_n, 784, generator=_gen)
+    F.nll_loss(_model(_x, rng=_r), torch.arange(_n)).backward()
+    observe(
+        f"backward through DynamicNet(hidden=24) with rng=CountingRandom({_seed}) on {_n} random inputs",
+        {
+            "last_depth": _model.last_depth,
+            "randint calls": _r.calls,
+            "parameters with grad None": sorted(
+                _name for _name, _p in _model.named_parameters() if _p.grad is None
+            ),
+        },
+        hint="A layer the pass does not use stays out of the graph: at depth 0 middle_linear "
+        "must not be applied at all, so its .grad stays None.",
+    )
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -464,17 +480,18 @@ _v = torch.randn(100, generator=_gen, dtype=torch.float64)
 for _depth in (0, 1, 2, 3):
     _x = torch.randn(5, 1, 28, 28, generator=_gen)
     _y = torch.randint(0, 10, (5,), generator=_gen)
-    _ws = [_model.middle_linear.weight.detach().clone().requires_grad_() for _ in range(_depth)]
-    if _depth:
-        F.nll_loss(reference_forward(_model, _x, _depth, _ws), _y).backward()
     _grads = per_use_grads(_model, _x, _y, _depth)
     observe(
-        f"depth {_depth}: each use's gradient @ v and its sum",
-        [len(_grads)] + [[g.double() @ _v, g.double().sum()] for g in _grads],
+        f"per_use_grads(model, x, target, {_depth}) on 5 random images",
+        {
+            "number of gradients": len(_grads),
+            "each gradient @ v": [None if _g is None else _g.double() @ _v for _g in _grads],
+            "each gradient's sum": [None if _g is None else _g.double().sum() for _g in _grads],
+        },
         atol=1e-6,
+        hint="Give each use its own copy of middle_linear.weight (with middle_linear.bias), "
+        "with DynamicNet's ReLUs and loss, and return the copies' .grad in the order of use.",
     )
-    assert len(_grads) == _depth
-    assert all(torch.allclose(g, w.grad, atol=1e-6) for g, w in zip(_grads, _ws, strict=True))
 ### END HIDDEN TESTS
 
 # %%
@@ -735,7 +752,6 @@ check(
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-observe("output when every score is negative", _out, atol=1e-6)
 _gen = torch.Generator().manual_seed(54)
 _model = FixedBranchingNet()
 with torch.no_grad():  # weights from an explicit generator, not from the global RNG
@@ -743,15 +759,24 @@ with torch.no_grad():  # weights from an explicit generator, not from the global
         _p.copy_(torch.randn(_p.shape, generator=_gen) / _p.shape[-1] ** 0.5)
 for _seed in range(12):
     _x = torch.randn(4, 784, generator=_gen)
-    _coin = random.Random(_seed).randint(0, 3)
-    _h = F.relu(_model.input_linear(_x))
-    if _coin in (2, 3):
-        _h = F.relu(_model.middle_back(F.relu(_model.middle_wide(_h))))
-    if _coin in (1, 3):
-        _h = F.relu(_model.middle_same(_h))
-    _got = _model(_x, rng=random.Random(_seed))
-    observe("output", _got, atol=1e-6)
-    assert torch.allclose(_got, F.log_softmax(_model.output_linear(_h), 1), atol=1e-5)
+    observe(
+        f"FixedBranchingNet forward with rng=random.Random({_seed}) on 4 random inputs",
+        _model(_x, rng=random.Random(_seed)),
+        atol=1e-6,
+        hint="Each branch uses its own layers in order (3: middle_wide, middle_back, then "
+        "middle_same), then output_linear, then log_softmax with no ReLU in between.",
+    )
+with torch.no_grad():  # weights <= 0 on activations >= 0, biases < 0: every score is negative
+    _model.output_linear.weight.copy_(-0.1 * torch.rand(10, 100, generator=_gen))
+    _model.output_linear.bias.copy_(-1.0 - torch.rand(10, generator=_gen))
+for _coin in range(4):
+    _x = torch.randn(3, 784, generator=_gen)
+    observe(
+        f"FixedBranchingNet forward with coin {_coin} on 3 random inputs, every score negative",
+        _model(_x, rng=random.Random(seed_for_depth(_coin))),
+        atol=1e-6,
+        hint="Negative scores must reach log_softmax unchanged: no ReLU after output_linear.",
+    )
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "points": 1, "grade_id": "test_fixed_unused"}
@@ -771,9 +796,24 @@ for _coin, _names in _expected.items():
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-_found = [sorted(unused_layers(FixedBranchingNet(), _coin)[1]) for _coin in range(4)]
-observe("layers left with grad None, coins 0-3", _found)
-assert _found == [sorted(_expected[_coin]) for _coin in range(4)]
+_gen = torch.Generator().manual_seed(57)
+_model = FixedBranchingNet()
+for _seed in range(8):  # the seeds draw the coins 3, 1, 0, 1, 1, 2, 0, 2
+    _n = 2 + _seed % 3
+    _model.zero_grad(set_to_none=True)
+    _out = _model(torch.randn(_n, 784, generator=_gen), rng=random.Random(_seed))
+    F.nll_loss(_out, torch.arange(_n)).backward()
+    observe(
+        f"backward through FixedBranchingNet with rng=random.Random({_seed}) on {_n} random inputs",
+        {
+            "output shape": list(_out.shape),
+            "layers left with grad None": sorted(
+                _name for _name, _layer in _model.named_children() if _layer.weight.grad is None
+            ),
+        },
+        hint="Each branch uses exactly its own middle layers, and output_linear is used in "
+        "every branch.",
+    )
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -881,22 +921,52 @@ with torch.no_grad():  # h = 0.1 everywhere (norm 1 per row), tripled by each st
     _model.output_linear.weight.copy_(torch.randn(10, 100, generator=_gen) * 0.1)
     _model.output_linear.bias.copy_(torch.randn(10, generator=_gen))
 _x = torch.randn(3, 784, generator=_gen)
-_steps = []
+_steps = {}
 for _target, _max in [(10.0, 9), (0.5, 9), (1.5, 9), (100.0, 9), (100.0, 2), (1000.0, 9)]:
     _model.target_norm, _model.max_steps = _target, _max
     _model(_x)
-    _steps.append(_model.last_depth)
-observe("steps for each (target_norm, max_steps)", _steps)
-assert _steps == [3, 0, 1, 5, 2, 7]  # norms 1, 3, 9, 27, 81, 243, 729, 2187
+    _steps[f"target_norm {_target:g}, max_steps {_max}"] = _model.last_depth
+observe(
+    "NormLoopNet's last_depth for several (target_norm, max_steps), on a net whose rows start "
+    "at norm 1 and whose middle layer triples them",
+    _steps,
+    hint="Test the condition before each step, stop at max_steps, and store the steps taken.",
+)
 _model.target_norm, _model.max_steps = 10.0, 9
 _out = _model(_x)
-observe("output after 3 steps", _out, atol=1e-6)
-_h = torch.full((3, 100), 0.1 * 27)
-assert torch.allclose(_out, F.log_softmax(_model.output_linear(_h), 1), atol=1e-5)
+observe(
+    "NormLoopNet output with target_norm 10 on that net, 3 random inputs",
+    _out,
+    atol=1e-6,
+    hint="Finish like DynamicNet: output_linear, then log_softmax with no ReLU in between.",
+)
 _model.zero_grad(set_to_none=True)
 F.nll_loss(_out, torch.tensor([1, 2, 3])).backward()
-assert _model.middle_linear.weight.grad is not None
-observe("middle_linear.weight.grad, row sums", _model.middle_linear.weight.grad.sum(1), atol=1e-6)
+_w = _model.middle_linear.weight.grad
+observe(
+    "row sums of middle_linear.weight.grad after backward through that output",
+    None if _w is None else _w.sum(1),
+    atol=1e-6,
+    hint="Apply the model's own middle_linear in the loop, inside the graph.",
+)
+_model = NormLoopNet()
+with torch.no_grad():  # random input weights; the middle layer doubles a row's norm
+    _model.input_linear.weight.copy_(torch.randn(100, 784, generator=_gen) / 28)
+    _model.input_linear.bias.zero_()
+    _model.middle_linear.weight.copy_(2 * torch.eye(100))
+    _model.middle_linear.bias.zero_()
+_x = torch.randn(3, 784, generator=_gen) * torch.tensor([[0.3], [1.0], [4.0]])
+_steps = {}
+for _target, _max in [(30.0, 9), (100.0, 9), (1000.0, 9), (5000.0, 6)]:
+    _model.target_norm, _model.max_steps = _target, _max
+    _model(_x)
+    _steps[f"target_norm {_target:g}, max_steps {_max}"] = _model.last_depth
+observe(
+    "NormLoopNet's last_depth on 3 random inputs whose rows have different norms",
+    _steps,
+    hint="The loop tests the mean over the batch of the rows' norms, h.norm(dim=1).mean(), "
+    "not the norm of the whole matrix, nor the largest row's.",
+)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -968,17 +1038,38 @@ with _tempfile.TemporaryDirectory() as _folder:
     _path = os.path.join(_folder, "hidden.pt")
     _loaded = save_and_load(_source, _path)
     _saved = torch.load(_path)
-    observe("type of the returned model", type(_loaded).__name__)
-    observe("keys in the saved file", sorted(_saved))
-    _sums = {_k: _t.double().sum() for _k, _t in sorted(_loaded.state_dict().items())}
-    observe("sum of each loaded tensor", _sums, atol=1e-6)
-    assert set(_saved) == set(_source.state_dict())
-    assert all(torch.equal(_t, _source.state_dict()[_k]) for _k, _t in _loaded.state_dict().items())
+    observe(
+        "what torch.load reads from the file that save_and_load(model, path) wrote, for a "
+        "DynamicNet with random weights",
+        {
+            "keys": sorted(_saved),
+            "sum of each tensor": {_k: _t.double().sum() for _k, _t in sorted(_saved.items())},
+        },
+        atol=1e-6,
+        hint="Save model.state_dict() itself with torch.save(model.state_dict(), path).",
+    )
+    observe(
+        "the model save_and_load returns for that DynamicNet",
+        {
+            "type": type(_loaded).__name__,
+            "sum of each tensor": {
+                _k: _t.double().sum() for _k, _t in sorted(_loaded.state_dict().items())
+            },
+        },
+        atol=1e-6,
+        hint="Create a new NormLoopNet, call its load_state_dict with what torch.load read, "
+        "and return it.",
+    )
     with torch.no_grad():
-        _source.middle_linear.weight.add_(1.0)
-    _separate = not torch.equal(_loaded.middle_linear.weight, _source.middle_linear.weight)
-    observe("loaded weights independent of the source", _separate)
-    assert _separate
+        for _p in _source.parameters():
+            _p.add_(1.0)
+    observe(
+        "sum of each tensor of the returned model after the source model's weights were changed",
+        {_k: _t.double().sum() for _k, _t in sorted(_loaded.state_dict().items())},
+        atol=1e-6,
+        hint="The returned model must hold its own copies of the weights, not the source "
+        "model's tensors.",
+    )
     ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -152,6 +152,18 @@ for name, a, b in zip(names, dynamic, static, strict=True):
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_unrolled_depth2"}
+### BEGIN HIDDEN TESTS
+# (first, so that the later checks have it even when a check here fails)
+def _seeded(_module, _seed, _scale=0.5):
+    """`_module`, every parameter drawn from torch.Generator().manual_seed(_seed), scaled."""
+    _gen = torch.Generator().manual_seed(_seed)
+    with torch.no_grad():
+        for _p in _module.parameters():
+            _p.copy_(_scale * torch.randn(_p.shape, generator=_gen, dtype=_p.dtype))
+    return _module
+
+
+### END HIDDEN TESTS
 def _max_grad_gap(_net, _x, _y, _depth):
     _params = list(_net.parameters())
     _p = dict(_net.named_parameters())
@@ -181,17 +193,23 @@ check(
 from grader_observe import observe
 
 for _seed in range(3):
-    torch.manual_seed(100 + _seed)  # the layers' initial weights; no student code runs before
-    _net = DynamicNet(d_in=4, hidden=6, d_out=5).double()
+    _net = _seeded(DynamicNet(d_in=4, hidden=6, d_out=5).double(), 100 + _seed)
     _gen = torch.Generator().manual_seed(600 + _seed)
     _x = torch.randn(9, 4, dtype=torch.float64, generator=_gen)
     _y = torch.randint(0, 5, (9,), generator=_gen)
     _logits = unrolled_depth2(dict(_net.named_parameters()), _x)
     _grads = gradients(F.cross_entropy(_logits, _y), list(_net.parameters()))
-    observe("logits and gradients of the unrolled graph", [_logits.detach(), list(_grads)])
-    assert _max_grad_gap(_net, _x, _y, 2) < 1e-12
-    assert torch.allclose(
-        unrolled_depth2(dict(_net.named_parameters()), _x), _net(_x, 2), atol=1e-12
+    observe(
+        f"unrolled_depth2(p, x) on random DynamicNet(d_in=4, hidden=6, d_out=5) parameters "
+        f"(draw {_seed}) and 9 random inputs: the logits, and the cross-entropy's gradients",
+        {
+            "logits": _logits.detach(),
+            "gradients": dict(zip([_n for _n, _ in _net.named_parameters()], _grads, strict=True)),
+        },
+        rtol=1e-9,
+        atol=1e-12,
+        hint="A ReLU after the input layer and after each of the two middle layers, the same "
+        "middle weights twice, and no ReLU after the output layer.",
     )
 ### END HIDDEN TESTS
 
@@ -331,16 +349,49 @@ _steps = [
     ]
     for _ in range(6)
 ]
-for _k, (_lr, _mu) in enumerate([(0.05, 0.5), (0.3, 0.99)]):
-    torch.manual_seed(70 + _k)  # the starting points, drawn before any student code runs
-    _ref, _mine = _compare_with_sgd(_steps, _shapes, _lr, _mu)
-    # bit for bit, as the exercise asks
-    observe("params after 6 steps", [_p.detach() for _p in _mine], rtol=0, atol=0)
-    assert all(torch.equal(_a, _b) for _a, _b in zip(_ref, _mine, strict=True))
-torch.manual_seed(72)
-_ref, _mine = _compare_with_sgd([[None, None, None]], _shapes, 0.1, 0.9)
-observe("params after a step without gradients", [_p.detach() for _p in _mine], rtol=0, atol=0)
-assert all(torch.equal(_a, _b) for _a, _b in zip(_ref, _mine, strict=True))
+_start = [torch.randn(_s, dtype=torch.float64, generator=_gen) for _s in _shapes]
+
+
+def _run_steps(_grads_per_step, _lr, _momentum):
+    """sgd_momentum_step from _start, step after step. After each step every .grad is changed
+    in place (as the next backward would), so a buffer that is the .grad itself changes too."""
+    _params = [nn.Parameter(_t.clone()) for _t in _start]
+    _buffers = [None] * len(_params)
+    for _grads in _grads_per_step:
+        for _p, _g in zip(_params, _grads, strict=True):
+            _p.grad = None if _g is None else _g.clone()
+        _buffers = sgd_momentum_step(_params, _buffers, _lr, _momentum)
+        for _p in _params:
+            if _p.grad is not None:
+                _p.grad.mul_(-2.0)
+    return {
+        "parameters": [_p.detach() for _p in _params],
+        "buffers (None read as zeros)": [
+            torch.zeros(_s, dtype=torch.float64) if _b is None else _b
+            for _s, _b in zip(_shapes, _buffers, strict=True)
+        ],
+    }
+
+
+for _lr, _mu in [(0.05, 0.5), (0.3, 0.99)]:
+    observe(  # bit for bit, as the exercise asks
+        f"sgd_momentum_step(params, buffers, lr={_lr}, momentum={_mu}): 6 steps on three "
+        "random parameters of different shapes, some steps with .grad None",
+        _run_steps(_steps, _lr, _mu),
+        rtol=0,
+        atol=0,
+        hint="As torch.optim.SGD: the buffer is a clone of the gradient on the first step, "
+        "momentum * buffer + gradient later, then p.add_(buffer, alpha=-lr); a parameter whose "
+        ".grad is None is skipped and keeps its buffer.",
+    )
+observe(
+    "sgd_momentum_step(params, buffers, lr=0.1, momentum=0.9) on three random parameters: one "
+    "step with gradients, then one step where every .grad is None",
+    _run_steps([_steps[0], [None, None, None]], 0.1, 0.9),
+    rtol=0,
+    atol=0,
+    hint="A parameter whose .grad is None is not updated at all, and keeps its buffer as it was.",
+)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -471,31 +522,27 @@ check(
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-for _make in (
-    lambda ps: torch.optim.Adam(ps, lr=0.05),
-    lambda ps: torch.optim.SGD(ps, lr=0.2, momentum=0.5),
+for _label, _make in (
+    ("Adam(lr=0.05)", lambda ps: torch.optim.Adam(ps, lr=0.05)),
+    ("SGD(lr=0.2, momentum=0.5)", lambda ps: torch.optim.SGD(ps, lr=0.2, momentum=0.5)),
 ):
     for _stn in (True, False):
-        torch.manual_seed(11)  # the layers' initial weights; no student code runs before
-        _net = TwoBranch()
-        _twin = copy.deepcopy(_net)
+        _net = _seeded(TwoBranch(), 11)
         _x = torch.randn(5, 3, generator=torch.Generator().manual_seed(12))
         _got = unused_drift(_net, _make(_net.parameters()), _x, _stn)
         observe(
-            "drift of b, then a and b after the two steps",
-            [_got, _net.a.weight.detach(), _net.b.weight.detach()],
+            f"unused_drift(net, {_label}, x, set_to_none={_stn}) on a random TwoBranch and 5 "
+            "random inputs",
+            {
+                "returned drift of b": _got,
+                "a.weight after": _net.a.weight.detach(),
+                "b.weight after": _net.b.weight.detach(),
+            },
             atol=1e-6,
+            hint="Clear with optimizer.zero_grad(set_to_none=set_to_none) before each step, use "
+            "coin=2 then coin=0, and return the norm of b's change in step 2 alone (from a "
+            ".clone() taken just before it).",
         )
-        _opt = _make(_twin.parameters())
-        _opt.zero_grad(set_to_none=_stn)
-        _twin(_x, 2).pow(2).mean().backward()
-        _opt.step()
-        _opt.zero_grad(set_to_none=_stn)
-        _before = _twin.b.weight.detach().clone()
-        _twin(_x, 0).pow(2).mean().backward()
-        _opt.step()
-        assert abs(_got - (_twin.b.weight.detach() - _before).norm().item()) < 1e-7
-        assert torch.equal(_net.a.weight, _twin.a.weight)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -697,27 +744,53 @@ _widen_ok(4, 3, 2, 2, 0)
 from grader_observe import observe
 
 for _a, _h, _b, _extra, _seed in [(6, 5, 4, 3, 1), (2, 1, 3, 4, 2), (5, 4, 2, 1, 3)]:
-    _widen_ok(_a, _h, _b, _extra, _seed)
-    torch.manual_seed(_seed)  # the old layers; the new units' random weights are not recorded
-    _f, _s = nn.Linear(_a, _h), nn.Linear(_h, _b)
+    _f, _s = _seeded(nn.Linear(_a, _h), 50 + _seed), _seeded(nn.Linear(_h, _b), 60 + _seed)
     _nf, _ns = widen_pair(_f, _s, _extra)
-    _x = torch.randn(20, _a, generator=torch.Generator().manual_seed(50 + _seed))
+    _call = f"widen_pair(Linear({_a}, {_h}), Linear({_h}, {_b}), extra={_extra}) on random layers"
+    # the new units' incoming weights are random: only what every right answer gives is recorded
+    observe(
+        f"{_call}: the new layers",
+        {
+            "new first weight shape": list(_nf.weight.shape),
+            "new second weight shape": list(_ns.weight.shape),
+            "new first weight, old rows": _nf.weight[:_h].detach(),
+            "new first bias, old entries": _nf.bias[:_h].detach(),
+            "new second weight": _ns.weight.detach(),  # old columns, then the new units' zeros
+            "new second bias": _ns.bias.detach(),
+        },
+        hint="Old weights and biases go in the first rows of the new first layer and the first "
+        "columns of the new second layer (whose bias is the old one); the new units' outgoing "
+        "weights are zero.",
+    )
+    observe(
+        f"{_call}: the old layers after the call",
+        {
+            "first weight": _f.weight.detach(),
+            "first bias": _f.bias.detach(),
+            "second weight": _s.weight.detach(),
+            "second bias": _s.bias.detach(),
+        },
+        hint="Build new layers and copy into them; leave the old layers as they were.",
+    )
+    _x = torch.randn(200, _a, generator=torch.Generator().manual_seed(70 + _seed))
     _y = _ns(torch.relu(_nf(_x)))
     _y.pow(2).sum().backward()
-    _learn = _ns.weight.grad[:, _h:].abs().sum().item() + _nf.weight.grad[_h:].abs().sum().item()
+    observe(f"{_call}: output of the widened pair on 200 random inputs", _y.detach(), atol=1e-6)
     observe(
-        "shapes, old weights in place, zero outgoing weights, new units learn",
-        [
-            list(_nf.weight.shape),
-            list(_ns.weight.shape),
-            _nf.weight[:_h].detach(),
-            _nf.bias[:_h].detach(),
-            _ns.weight.detach(),  # old columns, then zeros
-            _ns.bias.detach(),
-            _learn > 0,
-        ],
+        f"{_call}: how many of the new units' outgoing weights get a nonzero gradient",
+        int((_ns.weight.grad[:, _h:] != 0).sum()),
+        hint="Give the new units small random incoming weights: with zero incoming and outgoing "
+        "weights they pass back no gradient, and never learn.",
     )
-    observe("output of the widened pair", _y.detach(), atol=1e-6)
+    with torch.no_grad():
+        _f.weight.add_(1.0)
+        _s.weight.add_(1.0)
+    observe(
+        f"{_call}: output of the widened pair after the old layers' weights were changed",
+        _ns(torch.relu(_nf(_x))).detach(),
+        atol=1e-6,
+        hint="The new layers must hold copies of the old weights, not the old layers themselves.",
+    )
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -787,17 +860,20 @@ train(grown, adam, xg, yg, 5)  # and training goes on
 ### BEGIN HIDDEN TESTS
 # (first, so that test_shrink has it even when a check here fails)
 def _optimizer_record(_model, _opt):
-    """Names in param_groups order, orphan count, and each parameter's state, by name."""
+    """What an optimizer holds for a model: the names in param_groups order, the number of
+    orphaned state entries, and each parameter's shape and state (keys sorted), by name."""
     _names = {id(p): n for n, p in _model.named_parameters()}
-    _order = [_names.get(id(p), "(not in model)") for g in _opt.param_groups for p in g["params"]]
-    _orphans = sum(id(p) not in _names for p in _opt.state)
-    _state = {
-        n: {k: _opt.state[p][k] for k in ("step", "exp_avg", "exp_avg_sq")}
-        if p in _opt.state
-        else None
-        for n, p in _model.named_parameters()
+    return {
+        "param_groups order": [
+            _names.get(id(p), "(not in model)") for g in _opt.param_groups for p in g["params"]
+        ],
+        "orphaned state entries": sum(id(p) not in _names for p in _opt.state),
+        "parameter shapes": {n: list(p.shape) for n, p in _model.named_parameters()},
+        "state": {
+            n: dict(sorted(_opt.state[p].items())) if p in _opt.state else None
+            for n, p in _model.named_parameters()
+        },
     }
-    return [_order, _orphans, _state]
 
 
 ### END HIDDEN TESTS
@@ -897,25 +973,49 @@ check(
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-_grow_ok(5, 1, 2)
-_grow_ok(6, 5, 4)
 for _seed, _extra, _h2 in [(5, 1, 2), (6, 5, 4)]:
-    torch.manual_seed(_seed)  # data, model and 3 Adam steps: no student code runs before grow
-    _x, _y = torch.randn(16, 4), torch.randint(0, 3, (16,))
-    _model = MLP(h2=_h2)
+    _gen = torch.Generator().manual_seed(_seed)
+    _x, _y = torch.randn(16, 4, generator=_gen), torch.randint(0, 3, (16,), generator=_gen)
+    _model = _seeded(MLP(h2=_h2), 20 + _seed)
     _opt = torch.optim.Adam(_model.parameters(), lr=0.01)
     train(_model, _opt, _x, _y, 3)
-    _shapes = {n: list(p.shape) for n, p in _model.named_parameters()}
+    _shapes = {_name: _p.shape for _name, _p in _model.named_parameters()}
     grow(_model, _opt, _extra)
-    # the state of the new units is zeros and the old values are kept, so all of it is recorded
-    observe("optimizer after grow", _optimizer_record(_model, _opt), rtol=0, atol=0)
-    observe("output after grow", _model(_x).detach(), atol=1e-6)
+    _call = f"grow(model, Adam, extra={_extra}) on a random MLP(h2={_h2}) after 3 Adam steps"
+    # the new units' state is zeros and the old values are kept, so all of it is recorded
+    observe(
+        f"{_call}: param_groups order, orphaned state entries, each parameter's shape and state",
+        _optimizer_record(_model, _opt),
+        rtol=0,
+        atol=0,
+        hint="Put each new tensor where its old one was in param_groups, pop the old entries, "
+        "and give each new tensor the old exp_avg and exp_avg_sq bit for bit (zeros at the new "
+        "units) and a copy of the old step.",
+    )
+    observe(f"{_call}: output on its 16 training inputs", _model(_x).detach(), atol=1e-6)
     train(_model, _opt, _x, _y, 1)
-    _old_parts = [
-        _p.detach()[tuple(slice(0, n) for n in _shapes[_name])]
-        for _name, _p in _model.named_parameters()
-    ]  # the new units' weights are random: only the old parts are recorded
-    observe("old part of each parameter after one more step", _old_parts, atol=1e-6)
+    observe(  # the new units' weights are random: only the old parts are recorded
+        f"{_call}: the old part of each parameter after one more Adam step",
+        {
+            _name: _p.detach()[tuple(slice(0, _n) for _n in _shapes[_name])]
+            for _name, _p in _model.named_parameters()
+        },
+        atol=1e-6,
+        hint="The old weights should take the step they would have taken without growing: the "
+        "optimizer must update the new tensors, with the old state moved onto them.",
+    )
+_model = _seeded(MLP(h2=4), 30)
+_opt = torch.optim.Adam(_model.parameters(), lr=0.01)
+grow(_model, _opt, 3)
+observe(
+    "grow(model, Adam, extra=3) on a random MLP(h2=4) whose Adam took no step yet: "
+    "param_groups order, orphaned state entries, each parameter's shape and state",
+    _optimizer_record(_model, _opt),
+    rtol=0,
+    atol=0,
+    hint="Move only the state a parameter has: reading optimizer.state[old] for a tensor without "
+    "state creates an empty entry.",
+)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -1091,19 +1191,31 @@ _shrink_ok(0, [0, 2, 3, 5], 6)
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-_shrink_ok(1, [1], 3)
-_shrink_ok(2, [0, 1, 2, 3], 4)
 for _seed, _keep, _h2 in [(1, [1], 3), (2, [0, 1, 2, 3], 4), (8, [0, 3, 4], 6)]:
-    torch.manual_seed(_seed)  # data, model and 3 Adam steps: no student code runs before shrink
-    _x, _y = torch.randn(16, 4), torch.randint(0, 3, (16,))
-    _model = MLP(h2=_h2)
+    _gen = torch.Generator().manual_seed(_seed)
+    _x, _y = torch.randn(16, 4, generator=_gen), torch.randint(0, 3, (16,), generator=_gen)
+    _model = _seeded(MLP(h2=_h2), 20 + _seed)
     _opt = torch.optim.Adam(_model.parameters(), lr=0.01)
     train(_model, _opt, _x, _y, 3)
     shrink(_model, _opt, _keep)
-    _params = {n: p.detach() for n, p in _model.named_parameters()}
-    observe("param_groups order, orphans, state", _optimizer_record(_model, _opt), rtol=0, atol=0)
-    observe("parameters after shrink", _params, rtol=0, atol=0)
-    observe("output after shrink", _model(_x).detach(), atol=1e-6)
+    _call = f"shrink(model, Adam, keep={_keep}) on a random MLP(h2={_h2}) after 3 Adam steps"
+    observe(
+        f"{_call}: param_groups order, orphaned state entries, each parameter's shape and state",
+        _optimizer_record(_model, _opt),
+        rtol=0,
+        atol=0,
+        hint="Slice each state tensor the way its weight is sliced, put the new tensors in "
+        "param_groups, and pop every old entry.",
+    )
+    observe(
+        f"{_call}: the new parameters",
+        {_name: _p.detach() for _name, _p in _model.named_parameters()},
+        rtol=0,
+        atol=0,
+        hint="fc2 keeps the rows listed in keep (weight and bias), fc3 those columns of its "
+        "weight and all of its bias.",
+    )
+    observe(f"{_call}: output on its 16 training inputs", _model(_x).detach(), atol=1e-6)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -1202,18 +1314,41 @@ _restore_ok(MLP(h2=10))  # the shape of a grown MLP
 from grader_observe import observe
 
 for _seed, _sizes in [(9, dict(d_in=7, h1=2, h2=9, d_out=5)), (10, dict(h1=5, h2=3))]:
-    torch.manual_seed(_seed)  # the saved model's weights; no student code runs before
-    _model = MLP(**_sizes)
-    _restore_ok(_model)
+    _model = _seeded(MLP(**_sizes), _seed)
     _buffer = io.BytesIO()
-    torch.save(_model.state_dict(), _buffer)
+    torch.save(_model.state_dict(), _buffer)  # a real round trip through bytes
     _buffer.seek(0)
-    _back = restore_mlp(torch.load(_buffer))
+    _sd = torch.load(_buffer)
+    _back = restore_mlp(_sd)
     _x = torch.randn(7, _model.fc1.in_features, generator=torch.Generator().manual_seed(_seed))
-    _layers = [(_l.in_features, _l.out_features) for _l in (_back.fc1, _back.fc2, _back.fc3)]
-    observe("restored layer sizes", _layers)
-    observe("restored parameters", {n: p.detach() for n, p in _back.named_parameters()})
-    observe("output of the restored model", _back(_x).detach(), atol=1e-6)
+    _call = "restore_mlp(state_dict) on the saved state of a random MLP({})".format(
+        ", ".join(f"{_k}={_v}" for _k, _v in _sizes.items())
+    )
+    observe(
+        f"{_call}: the restored model",
+        {
+            "type": type(_back).__name__,
+            "layer sizes (in, out)": [
+                [_l.in_features, _l.out_features] for _l in (_back.fc1, _back.fc2, _back.fc3)
+            ],
+            "parameters": {_n: _p.detach() for _n, _p in _back.named_parameters()},
+        },
+        rtol=0,
+        atol=0,
+        hint="Read the sizes from the shapes (fc1.weight is (h1, d_in), fc2.weight (h2, h1), "
+        "fc3.weight (d_out, h2)), build that MLP and load_state_dict(state_dict, strict=True).",
+    )
+    observe(f"{_call}: output on 7 random inputs", _back(_x).detach(), atol=1e-6)
+    with torch.no_grad():
+        for _t in _sd.values():
+            _t.add_(1.0)
+    observe(
+        f"{_call}: output on the same inputs after the state dict's tensors were changed",
+        _back(_x).detach(),
+        atol=1e-6,
+        hint="The restored model must hold its own copies of the tensors (load_state_dict "
+        "copies them), not the state dict's tensors.",
+    )
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -1356,33 +1491,51 @@ from grader_observe import observe
 
 def _named_record(_named):
     """The saved state, canonical: names and state keys sorted."""
-    return [[n, [[k, _named[n][k]] for k in sorted(_named[n])]] for n in sorted(_named)]
+    return {n: dict(sorted(_named[n].items())) for n in sorted(_named)}
 
 
 def _loaded_record(_model, _opt):
     """For each parameter (the model's order): its state after loading, keys sorted, or None."""
-    return [
-        [n, None if p not in _opt.state else [[k, _opt.state[p][k]] for k in sorted(_opt.state[p])]]
+    return {
+        n: dict(sorted(_opt.state[p].items())) if p in _opt.state else None
         for n, p in _model.named_parameters()
-    ]
+    }
 
 
-torch.manual_seed(4)  # model and 2 Adam steps: no student code runs before
-_m = MLP()
+_m = _seeded(MLP(), 4)
 _o = torch.optim.Adam(_m.parameters(), lr=0.01)
 _gen = torch.Generator().manual_seed(40)
 _xh, _yh = torch.randn(32, 4, generator=_gen), torch.randint(0, 3, (32,), generator=_gen)
 train(_m, _o, _xh, _yh, 2)
-_by_name_ok(_m, _o, MLP())
 _named = optimizer_state_by_name(_m, _o)
-observe("saved state by name", _named_record(_named), rtol=0, atol=0)
+train(_m, _o, _xh, _yh, 1)  # Adam changes its state tensors in place: a copy must not follow
+observe(
+    "optimizer_state_by_name(model, Adam) on a random MLP after 2 Adam steps, read after the "
+    "optimizer took a third step",
+    _named_record(_named),
+    rtol=0,
+    atol=0,
+    hint="Return a copy of each parameter's state with cloned tensors: the optimizer goes on "
+    "changing its own tensors in place.",
+)
 _dst = MLP()
 _dst_opt = torch.optim.Adam(_dst.parameters(), lr=0.1)
 load_optimizer_state_by_name(_dst, _dst_opt, _named)
-observe("state after loading into an MLP", _loaded_record(_dst, _dst_opt), rtol=0, atol=0)
+with torch.no_grad():  # the saved copy changes afterwards: the loaded state must not follow
+    for _state in _named.values():
+        for _t in _state.values():
+            if torch.is_tensor(_t):
+                _t.add_(1.0)
+observe(
+    "load_optimizer_state_by_name(model, Adam, saved) into a new MLP, read after the saved "
+    "tensors were changed",
+    _loaded_record(_dst, _dst_opt),
+    rtol=0,
+    atol=0,
+    hint="Put each saved state on the parameter of the same name, as cloned tensors.",
+)
 # a model that declares its layers in the other order: only names can match the state
-torch.manual_seed(5)
-_tb = TwoBranch()
+_tb = _seeded(TwoBranch(), 5)
 _tb_opt = torch.optim.Adam(_tb.parameters(), lr=0.1)
 _x3h = torch.randn(8, 3, generator=_gen)
 for _ in range(2):  # only branch a trains
@@ -1392,21 +1545,31 @@ for _ in range(2):  # only branch a trains
 _v2 = TwoBranchV2()
 _v2_opt = torch.optim.Adam(_v2.parameters(), lr=0.1)
 load_optimizer_state_by_name(_v2, _v2_opt, optimizer_state_by_name(_tb, _tb_opt))
-observe("state after loading into TwoBranchV2", _loaded_record(_v2, _v2_opt), rtol=0, atol=0)
-_m2 = MLP(h2=9)
-try:
-    load_optimizer_state_by_name(
-        _m2, torch.optim.Adam(_m2.parameters()), optimizer_state_by_name(_m, _o)
-    )
-    _message = None
-except ValueError as _error:
-    _message = str(_error)
 observe(
-    "ValueError raised, and it names fc2 or fc3",
-    [_message is not None, _message is not None and ("fc2" in _message or "fc3" in _message)],
+    "a random TwoBranch's Adam state (only branch a trained), saved by name and loaded into a "
+    "TwoBranchV2 (layers declared in the other order)",
+    _loaded_record(_v2, _v2_opt),
+    rtol=0,
+    atol=0,
+    hint="Match by name, not by position: a.weight's state belongs on the new model's a.weight, "
+    "and b, which has no state, gets none.",
 )
-assert _message is not None, "expected ValueError"
-assert "fc2" in _message or "fc3" in _message
+for _label, _sizes in [("d_in=6", dict(d_in=6)), ("d_out=5", dict(d_out=5))]:
+    _wrong = MLP(**_sizes)  # one layer's shapes differ from the saved MLP's
+    try:
+        load_optimizer_state_by_name(
+            _wrong, torch.optim.Adam(_wrong.parameters()), optimizer_state_by_name(_m, _o)
+        )
+        _raised, _layers = False, []
+    except ValueError as _error:
+        _raised, _layers = True, [_l for _l in ("fc1", "fc2", "fc3") if _l in str(_error)]
+    observe(
+        f"load_optimizer_state_by_name into an MLP({_label}) with a default MLP's saved state: "
+        "whether it raised ValueError, and the layers its message names",
+        {"raised ValueError": _raised, "layers named in the message": _layers},
+        hint="Compare each saved state tensor's shape (0-d ones excepted) with its parameter's, "
+        "and raise a ValueError whose message names that parameter.",
+    )
 ### END HIDDEN TESTS
 
 # %% [markdown]
