@@ -4,44 +4,51 @@ nbgrader does the grading; this module is the path a hand-in takes around it:
 
 1. **intake** (graders/intake.py): every folder under submitted/ is looked at, and from each
    hand-in only the notebook's bytes (a regular file, never a link) and nbgrader's
-   timestamp.txt are taken; what cannot be graded is reported by path, and the rest of the
-   class is graded;
+   timestamp.txt are taken; what cannot be graded is reported by path (a known student's
+   lab is recorded as 0), and the rest of the class is graded;
 2. **task** (graders/task.py): each hand-in is graded by nbgrader's own autograde and
    generate_feedback in a scratch course of its own, under a neutral student id, its kernel
    in the sandbox (graders/sandbox.py) and its test cells judged outside the kernel
-   (graders/judge.py); tasks run on N workers, each a long-lived nbgrader process
-   (graders/worker.py);
-3. **merge** (graders/merge.py): each result goes into the one gradebook, under the real
-   name, one at a time; the graded notebook and feedback page are written from its bytes;
-4. **summary**: nbgrader exports grades.csv; the table and what needs a human look.
+   (graders/judge.py); a task gets everything as bytes and gives back data;
+3. **engine** (graders/engine.py): the tasks run on Dask, a local cluster by default or an
+   existing one;
+4. **merge** (graders/merge.py): each result goes into the one gradebook, under the real
+   name, as it arrives, one at a time; the graded notebook and feedback page are written
+   from its bytes; a line per hand-in goes to grading-log.jsonl;
+5. **summary**: nbgrader exports grades.csv; timings.csv has each hand-in's phases; the
+   table, the phases summed, and what needs a human look are printed.
 
 Whatever one hand-in does, it costs at most its own grade and its own budget: every step of
 it catches its own failure, records the hand-in as 0 with the reason, and the class run
-goes on and exits 0.
+goes on and exits 0. A hand-in already graded from the same notebook, release and
+reference is not graded again (``--force`` does), so an interrupted run is resumed by
+running it again.
 
-    python -m graders.grade [--workers N] [--lab LAB ...]
+    python -m graders.grade [--workers N] [--lab LAB ...] [--student NAME ...] [--force]
+                            [--scheduler tcp://host:8786]
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import hashlib
 import json
 import os
-import queue
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from graders import intake, judge, merge, sandbox
+from graders import engine, intake, judge, merge, sandbox
 from graders.course import LABS, REPO, prepare_data, unknown_labs
 from graders.intake import HandIn, Problem
 from graders.nbgrader_cli import nbgrader
 from graders.task import NOTEBOOK_BUDGET_S, assignments_only
-from graders.worker import Worker
+
+GRADING_LOG = "grading-log.jsonl"  # what grading recorded, one line per hand-in graded
+TIMINGS = "timings.csv"
+PHASES = ["queue", "intake", "kernel_start", "execution", "checks", "feedback", "merge"]
 
 
 @dataclass
@@ -52,6 +59,11 @@ class Report:
     notes: list[Problem] = field(default_factory=list)
     timings: dict[tuple[str, str], dict] = field(default_factory=dict)
     verdicts: dict[tuple[str, str], dict] = field(default_factory=dict)
+    graded: int = 0
+    skipped: int = 0
+    interrupted: str | None = None
+    dashboard: str | None = None
+    wall_s: float = 0.0
 
 
 def limit_hit(verdicts: dict[str, dict]) -> str | None:
@@ -77,16 +89,68 @@ def read_scores(root: Path, labs: list[str]) -> tuple[dict, dict]:
     return scores, max_scores
 
 
-def _job(hand_in: HandIn, common: dict, releases: dict[str, str]) -> dict:
-    folder = Path(common["course"]) / "labs" / hand_in.lab
-    return dict(
-        common,
-        files=sorted(str(p) for p in folder.iterdir() if p.is_file() and p.suffix != ".ipynb"),
-        lab=hand_in.lab,
-        notebook=hand_in.notebook.decode("utf-8"),
-        timestamp=hand_in.timestamp,
-        release=releases[hand_in.lab],
-    )
+def read_log(root: Path) -> dict[tuple[str, str], dict]:
+    """The latest line of grading-log.jsonl for each (student, lab); bad lines are skipped."""
+    latest = {}
+    try:
+        with open(root / GRADING_LOG, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    entry = json.loads(line)
+                    latest[(entry["student"], entry["lab"])] = entry
+                except (ValueError, KeyError, TypeError):
+                    continue
+    except OSError:
+        pass
+    return latest
+
+
+def _sha(data: bytes | str) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+def course_inputs(root: Path, labs: list[str], gradebook: Path) -> dict:
+    """What every task of the class shares, as data (no shared file system is assumed)."""
+    references = {}
+    for lab in labs:
+        cache = json.loads((root / "build" / "reference" / f"{lab}.json").read_text())
+        references[lab] = cache["observations"]
+    releases, files = {}, {}
+    for lab in labs:
+        folder = root / "labs" / lab
+        releases[lab] = (folder / f"{lab}.ipynb").read_text(encoding="utf-8")
+        files[lab] = {
+            p.name: p.read_bytes()
+            for p in sorted(folder.iterdir())
+            if p.is_file() and not p.is_symlink() and p.suffix != ".ipynb"
+        }
+    return {
+        "config": (REPO / "nbgrader_config.py").read_text(),
+        "gradebook": gradebook.read_bytes(),
+        "references": references,
+        "releases": releases,
+        "files": files,
+    }
+
+
+def hand_in_key(hand_in: HandIn, course: dict) -> str:
+    """What a grade depends on: the notebook, the release and the reference records."""
+    lab = hand_in.lab
+    made_of = [hand_in.notebook, hand_in.timestamp or "", course["releases"][lab]]
+    made_of.append(json.dumps(course["references"][lab], sort_keys=True))
+    return _sha("\n".join(_sha(part) for part in made_of))
+
+
+def already_graded(root: Path, labs: list[str]) -> set[tuple[str, str]]:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        return {
+            (sub.student.id, assignment.name)
+            for assignment in gb.assignments
+            if assignment.name in labs
+            for sub in assignment.submissions
+        }
 
 
 def grade_class(
@@ -97,27 +161,37 @@ def grade_class(
     quiet: bool = False,
     cell_timeout: int | None = None,
     budget_s: float = NOTEBOOK_BUDGET_S,
+    students: list[str] | None = None,
+    force: bool = False,
+    scheduler: str | None = None,
 ) -> Report:
     labs = labs or LABS
     workers = workers or os.cpu_count() or 1
     report = Report()
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    start = time.monotonic()
     if not (root / "gradebook.db").is_file():
         raise SystemExit(f"{root / 'gradebook.db'} is missing: run `make build` first.")
+    scheduler = (
+        engine.configured_scheduler(REPO / "nbgrader_config.py") if scheduler is None else scheduler
+    )
     why_not = sandbox.available()
-    if why_not:
+    if why_not and not scheduler:
         raise SystemExit(f"cannot grade safely: {why_not}")
-    for missing in sandbox.protections_missing():
+    for missing in sandbox.protections_missing() if not scheduler else []:
         say(f"note: {missing}")
-    data = prepare_data(labs)
-    os.environ.update(data)
-    hand_ins, report.problems = intake.discover(root, labs)
-    for problem in report.problems:  # a known student's lab that cannot be read: 0, flagged
+    os.environ.update(prepare_data(labs))
+    hand_ins, problems = intake.discover(root, labs)
+    if students:
+        hand_ins = [h for h in hand_ins if h.student in students]
+        problems = [p for p in problems if p.student in students]
+    report.problems = problems
+    for problem in problems:  # a known student's lab that cannot be read: 0, flagged
         if problem.student is not None:
             merge.record_failure(root, problem.student, problem.lab)
             problem.reason += "; recorded as 0"
             failed = HandIn(problem.student, problem.lab, b"", where=problem.where)
-            log_hand_in(root, failed, {"ok": False}, report)
+            log_hand_in(root, failed, {"ok": False}, report, key=None)
     for hand_in in hand_ins:
         if hand_in.ignored:
             shown = ", ".join(hand_in.ignored[:5]) + (" ..." if len(hand_in.ignored) > 5 else "")
@@ -126,84 +200,95 @@ def grade_class(
             )
     labs_graded = sorted({h.lab for h in hand_ins})
     judge.prepare_references(root, labs_graded, workers)
-    releases = {
-        lab: (root / "labs" / lab / f"{lab}.ipynb").read_text(encoding="utf-8")
-        for lab in labs_graded
-    }
-    say(f"grading {len(hand_ins)} hand-in(s) on {workers} worker(s)")
-    start = time.monotonic()
-    todo: queue.Queue = queue.Queue()
-    for index, hand_in in enumerate(hand_ins):
-        todo.put((index, hand_in))
-    results: queue.Queue = queue.Queue()
+    tmp = root / "build" / "grading"
+    tmp.mkdir(parents=True, exist_ok=True)
+    course = course_inputs(
+        root, labs_graded, assignments_only(root / "gradebook.db", tmp / "labs.db")
+    )
+    keys = {(h.student, h.lab): hand_in_key(h, course) for h in hand_ins}
+    if not force:  # resume: what was graded from the same inputs stays as it is
+        log, in_book = read_log(root), already_graded(root, labs_graded)
+        done = {
+            k for k, key in keys.items()
+            if k in in_book and log.get(k, {}).get("key") == key
+        }  # fmt: skip
+        report.skipped = len(done)
+        hand_ins = [h for h in hand_ins if (h.student, h.lab) not in done]
+    total = len(hand_ins)
+    skipped = f" ({report.skipped} already graded from the same notebook)" if report.skipped else ""
+    where = scheduler or f"a local Dask cluster of {workers} worker(s)"
+    say(f"grading {total} hand-in(s) on {where}{skipped}")
+    jobs = (
+        (
+            h,
+            {
+                "lab": h.lab,
+                "notebook": h.notebook.decode("utf-8"),
+                "timestamp": h.timestamp,
+                "cell_timeout": cell_timeout,
+                "budget_s": budget_s,
+                "feedback": feedback,
+            },
+        )
+        for h in hand_ins
+    )
 
-    with tempfile.TemporaryDirectory(prefix="grading-") as tmp:
-        tmp_path = Path(tmp)
-        common = {
-            "gradebook": str(assignments_only(root / "gradebook.db", tmp_path / "labs.db")),
-            "reference_dir": str(root / "build" / "reference"),
-            "data_root": data.get("COURSE_DATA_ROOT"),
-            "cell_timeout": cell_timeout,
-            "budget_s": budget_s,
-            "feedback": feedback,
-            "scratch_root": tmp,
-            "course": str(root),
-        }
+    def arrived(hand_in: HandIn, result: dict, submitted: float) -> None:
+        timings = result.setdefault("timings", {})
+        if "started_at" in timings:
+            timings["queue"] = max(0.0, timings.pop("started_at") - submitted)
+        timings["intake"] = timings.get("intake", 0.0) + hand_in.intake_s
+        _merge_one(root, hand_in, result, report, keys[(hand_in.student, hand_in.lab)])
+        report.graded += 1
+        elapsed = time.monotonic() - start
+        eta = elapsed / report.graded * (total - report.graded)
+        say(f"  [{report.graded}/{total}] {hand_in.student}/{hand_in.lab}  "
+            f"{elapsed:.0f}s, ETA {eta:.0f}s")  # fmt: skip
 
-        def work(number: int) -> None:
-            """A worker thread and its grading process: one task after another."""
-            worker = Worker(tmp_path / f"worker-{number}.log")
-            try:
-                while True:
-                    try:
-                        index, hand_in = todo.get_nowait()
-                    except queue.Empty:
-                        return
-                    queued = time.monotonic() - start
-                    try:
-                        result = worker.run(
-                            _job(hand_in, common, releases),
-                            timeout=budget_s + sandbox.KILL_GRACE_S + 120,
-                        )
-                    except subprocess.TimeoutExpired:
-                        result = {"ok": False, "reason": f"over the budget of {budget_s:g} s"}
-                    except Exception as error:  # the worker's pipe broke: this hand-in only
-                        result = {"ok": False, "reason": f"grading failed: {error}"}
-                    result.setdefault("timings", {})["queue"] = queued
-                    results.put((hand_in, result))
-            finally:
-                worker.close()
-
-        threads = [threading.Thread(target=work, args=(n,), daemon=True) for n in range(workers)]
-        for thread in threads:
-            thread.start()
-        for done in range(1, len(hand_ins) + 1):
-            hand_in, result = results.get()
-            _merge_one(root, hand_in, result, report)
-            elapsed = time.monotonic() - start
-            eta = elapsed / done * (len(hand_ins) - done)
-            say(f"  [{done}/{len(hand_ins)}] {hand_in.student}/{hand_in.lab}  "
-                f"{elapsed:.0f}s, ETA {eta:.0f}s")  # fmt: skip
-        for thread in threads:
-            thread.join()
+    try:
+        if total:
+            with engine.client(scheduler, workers) as connected:
+                report.dashboard = connected.dashboard_link
+                say(f"Dask dashboard: {report.dashboard}")
+                window = 2 * max(1, len(connected.scheduler_info().get("workers", {}))) + 2
+                engine.run_all(connected, course, jobs, arrived, window)
+    except KeyboardInterrupt:
+        report.interrupted = "interrupted"
+    except OSError as error:  # the scheduler could not be reached, or was lost
+        report.interrupted = f"lost the grading engine ({error})"
+    if report.interrupted:
+        say(f"{report.interrupted} after {report.graded} of {total} hand-in(s): what was graded "
+            "is in the gradebook; run the same command again to grade the rest")  # fmt: skip
     if feedback:
         result = nbgrader("export", f"--to={root / 'grades.csv'}", root=root)
         if result.returncode != 0:
             report.problems.append(Problem("grades.csv", "nbgrader export failed"))
+    write_timings(root, report)
     report.scores, report.max_scores = read_scores(root, labs)
+    report.wall_s = time.monotonic() - start
     return report
 
 
-def _merge_one(root: Path, hand_in: HandIn, result: dict, report: Report) -> None:
+def write_timings(root: Path, report: Report) -> None:
+    """timings.csv: the seconds of each phase of each hand-in graded in this run."""
+    with open(root / TIMINGS, "w", newline="", encoding="utf-8") as fh:
+        out = csv.writer(fh)
+        out.writerow(["student", "lab", *PHASES, "total"])
+        for (student, lab), timings in sorted(report.timings.items()):
+            phases = [round(timings.get(p, 0.0), 3) for p in PHASES]
+            out.writerow([student, lab, *phases, round(sum(phases) - phases[0], 3)])
+
+
+def _merge_one(root: Path, hand_in: HandIn, result: dict, report: Report, key: str) -> None:
     """Merge one task's result; any failure costs this hand-in only (0, and a reason)."""
-    key = (hand_in.student, hand_in.lab)
-    report.timings[key] = result.get("timings", {})
+    item = (hand_in.student, hand_in.lab)
+    report.timings[item] = result.get("timings", {})
     mark = time.monotonic()
     try:
         if result.get("ok"):
             merge.merge(root, hand_in.student, hand_in.lab, result)
-            report.verdicts[key] = result.get("verdicts", {})
-            limit = limit_hit(report.verdicts[key])
+            report.verdicts[item] = result.get("verdicts", {})
+            limit = limit_hit(report.verdicts[item])
             if limit:
                 report.problems.append(Problem(hand_in.where, limit))
             if result.get("feedback_problem"):
@@ -218,29 +303,38 @@ def _merge_one(root: Path, hand_in: HandIn, result: dict, report: Report) -> Non
             merge.record_failure(root, hand_in.student, hand_in.lab)
         except Exception as again:  # noqa: BLE001
             report.problems.append(Problem(hand_in.where, f"could not be recorded: {again}"))
-    report.timings[key]["merge"] = time.monotonic() - mark
-    log_hand_in(root, hand_in, result, report)
+    report.timings[item]["merge"] = time.monotonic() - mark
+    log_hand_in(root, hand_in, result, report, key)
 
 
-GRADING_LOG = "grading-log.jsonl"  # what grading recorded, one line per hand-in graded
-
-
-def log_hand_in(root: Path, hand_in: HandIn, result: dict, report: Report) -> None:
-    """Append what grading this hand-in recorded (the gradebook holds the scores): when, how
-    long each phase took, each test cell's verdict, and why it needs a human look."""
-    key = (hand_in.student, hand_in.lab)
+def log_hand_in(root: Path, hand_in: HandIn, result: dict, report: Report, key: str | None) -> None:
+    """Append what grading this hand-in recorded (the gradebook holds the scores): when, from
+    what (key), how long each phase took, each test cell's verdict, and why it needs a
+    human look."""
+    item = (hand_in.student, hand_in.lab)
     entry = {
         "student": hand_in.student,
         "lab": hand_in.lab,
+        "key": key,
         "graded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "ok": bool(result.get("ok")),
-        "timings": {k: round(v, 3) for k, v in report.timings.get(key, {}).items()},
-        "verdicts": report.verdicts.get(key, {}),
+        "timings": {k: round(v, 3) for k, v in report.timings.get(item, {}).items()},
+        "verdicts": report.verdicts.get(item, {}),
         "problems": [p.reason for p in report.problems if p.where == hand_in.where],
         "ignored": hand_in.ignored[:20],
     }
     with open(root / GRADING_LOG, "a", encoding="utf-8") as log:
         log.write(json.dumps(entry) + "\n")
+
+
+def summary(report: Report) -> str:
+    """How many were graded, and the time of each phase summed over them."""
+    sums = {p: sum(t.get(p, 0.0) for t in report.timings.values()) for p in PHASES}
+    phases = ", ".join(f"{p.replace('_', ' ')} {v:.0f}s" for p, v in sums.items())
+    line = f"graded {report.graded} hand-in(s) in {report.wall_s:.0f}s"
+    if report.skipped:
+        line += f" ({report.skipped} already graded, kept)"
+    return line + (f"; summed over hand-ins: {phases}" if report.timings else "")
 
 
 def table(report: Report, labs: list[str]) -> str:
@@ -281,17 +375,37 @@ def main(argv: list[str] | None = None) -> int:
         "--lab", action="append", dest="labs", help="grade only this lab (repeatable)"
     )
     parser.add_argument("--root", type=Path, default=REPO, help="the course folder (default: repo)")
+    parser.add_argument(
+        "--student", action="append", dest="students", help="grade only this student (repeatable)"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="grade again what was graded from the same notebook"
+    )
+    parser.add_argument(
+        "--scheduler",
+        default=None,
+        help=f"a Dask scheduler's address (default: ${engine.ENV}, nbgrader_config.py, else local)",
+    )
     args = parser.parse_args(argv)
     labs = args.labs or LABS
     if complaint := unknown_labs(labs):
         print(complaint, file=sys.stderr)
         return 2
-    report = grade_class(args.root.resolve(), labs=labs, workers=args.workers)
+    report = grade_class(
+        args.root.resolve(),
+        labs=labs,
+        workers=args.workers,
+        students=args.students,
+        force=args.force,
+        scheduler=args.scheduler,
+    )
     print()
     print(table(report, labs))
     print()
-    print("grades:   grades.csv")
+    print(summary(report))
+    print("grades:   grades.csv (nbgrader export)")
     print("feedback: feedback/<student>/<lab>/<lab>.html")
+    print(f"timings:  {TIMINGS}")
     if report.problems:
         print(f"\nneeds a human look ({len(report.problems)}):")
         for p in report.problems:
@@ -300,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nnotes ({len(report.notes)}):")
         for p in report.notes:
             print(f"  {p.where}: {p.reason}")
-    return 0
+    return 130 if report.interrupted == "interrupted" else 0
 
 
 if __name__ == "__main__":

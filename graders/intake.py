@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +40,7 @@ class HandIn:
     timestamp: str | None = None
     ignored: list[str] = field(default_factory=list)  # other entries of the folder
     where: str = ""  # submitted/<student>/<lab>, for messages
+    intake_s: float = 0.0  # seconds intake took on it
 
 
 class Refused(Exception):
@@ -124,6 +126,14 @@ def _real_folder(entry: os.DirEntry) -> bool:
 
 def take(student: str, lab: str, folder: Path, where: str) -> HandIn | Problem:
     """One hand-in folder -> the notebook's bytes and timestamp, or why it cannot be graded."""
+    started = time.monotonic()
+    result = _take(student, lab, folder, where)
+    if isinstance(result, HandIn):
+        result.intake_s = time.monotonic() - started
+    return result
+
+
+def _take(student: str, lab: str, folder: Path, where: str) -> HandIn | Problem:
     name = f"{lab}.ipynb"
     try:
         data = read_regular(folder / name, MAX_NOTEBOOK_BYTES)

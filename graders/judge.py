@@ -30,6 +30,7 @@ import math
 import os
 import re
 import tempfile
+import time
 from pathlib import Path
 
 import nbformat
@@ -41,6 +42,7 @@ MIME = "application/vnd.dyngraph.observation+json"
 BEGIN, END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
 VERDICT = "verdict"  # cell metadata key of the judge's verdict in the graded notebook
 
+CHECK_TIMES: list[float] = []  # seconds the judge took, per notebook of this process
 MAX_RECORDS = 500  # per test cell
 MAX_ITEMS = 2_000_000  # numbers, strings and containers in one cell's records
 MAX_DEPTH = 32
@@ -383,6 +385,13 @@ class JudgeRecords(NbGraderPreprocessor):
     ).tag(config=True)
 
     def preprocess(self, nb, resources):
+        started = time.monotonic()
+        try:
+            return self._judge(nb, resources)
+        finally:
+            CHECK_TIMES.append(time.monotonic() - started)
+
+    def _judge(self, nb, resources):
         info = resources.get("nbgrader", {})
         lab = info.get("assignment")
         limits = resources.get("sandbox_limits", {})

@@ -69,6 +69,7 @@ KERNEL_THREADS = 1
 SETTINGS_ENV = "COURSE_SANDBOX"  # JSON settings from the grader to SandboxKernelManager
 WORKDIR = "/home/student"  # the kernel's working folder and HOME, inside the sandbox
 LOG = logging.getLogger("graders.sandbox")
+KERNEL_STARTS: list[float] = []  # seconds each kernel of this process took to start (timings)
 
 
 def _bwrap() -> str | None:
@@ -382,6 +383,7 @@ class SandboxKernelManager(AsyncKernelManager):
     _groups: list[Path] = []
 
     async def _async_pre_start_kernel(self, **kw):
+        self._start_clock = time.monotonic()
         runtime = self.sandbox.get("runtime") or _private_root()
         private = Path(tempfile.mkdtemp(prefix="kernel-", dir=runtime))
         self._private = private
@@ -407,11 +409,13 @@ class SandboxKernelManager(AsyncKernelManager):
             files=[Path(p) for p in self.sandbox.get("files", [])],
         )
         kw.pop("cwd", None)  # never nbgrader's autograded folder
+        kw["stdout"] = kw["stderr"] = subprocess.DEVNULL  # its words reach us as messages only
         kw["env"] = {}  # the sandbox sets the kernel's environment (an allow-list)
         return argv, kw
 
     async def _async_post_start_kernel(self, **kw):
         await super()._async_post_start_kernel(**kw)
+        KERNEL_STARTS.append(time.monotonic() - getattr(self, "_start_clock", time.monotonic()))
         budget = self.sandbox.get("budget_s")
         if budget:  # SandboxedExecute interrupts at the budget; this is for a kernel that hangs
             budget += KILL_GRACE_S

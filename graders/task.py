@@ -16,18 +16,18 @@ here and reported as a reason: a task never raises for a hand-in's sake.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import shutil
 import sqlite3
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import nbformat
 
-from graders import sandbox
+from graders import judge, sandbox
 
 NEUTRAL_ID = "student"
 NOTEBOOK_BUDGET_S = 600  # a whole notebook, on top of nbgrader's per-cell timeout
@@ -116,6 +116,59 @@ def verdicts(graded) -> dict[str, dict]:
     return found
 
 
+def run(course: dict, job: dict) -> dict:
+    """The grading task, as an engine runs it on any machine: everything it needs comes in
+    `course` (what every hand-in of the class shares: nbgrader_config.py's text, the
+    assignments-only gradebook's bytes, each lab's reference records and release files) and
+    `job` (one hand-in: lab, notebook text, timestamp, limits); nothing is read from the
+    instructor's file system. The result is plain data (see `grade`)."""
+    begun = time.time()
+    scratch = Path(tempfile.mkdtemp(prefix="course-"))
+    try:
+        lab = job["lab"]
+        (scratch / "nbgrader_config.py").write_text(course["config"])
+        (scratch / "labs.db").write_bytes(course["gradebook"])
+        references = scratch / "reference"
+        references.mkdir()
+        (references / f"{lab}.json").write_text(
+            json.dumps({"observations": course["references"][lab]})
+        )
+        files = scratch / "files"
+        files.mkdir()
+        for name, data in course.get("files", {}).get(lab, {}).items():
+            (files / Path(name).name).write_bytes(data)
+        from graders.course import prepare_data  # the worker's own copy of the data
+
+        data = prepare_data([lab]).get("COURSE_DATA_ROOT")
+        local = dict(
+            job,
+            gradebook=str(scratch / "labs.db"),
+            reference_dir=str(references),
+            files=sorted(str(p) for p in files.iterdir()),
+            data_root=data,
+            release=course["releases"][lab],
+            scratch_root=str(scratch),
+        )
+        result = grade(api_factory(scratch / "nbgrader_config.py", course["config"]), local)
+    except Exception as error:  # noqa: BLE001 - a hand-in never stops the class
+        result = {"ok": False, "reason": f"the grader failed on this hand-in: {error}"}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    result.setdefault("timings", {})["started_at"] = begun
+    return result
+
+
+_FACTORIES: dict[str, object] = {}
+
+
+def api_factory(config_file: Path, text: str):
+    """One `make_api_factory` per configuration text, per worker process."""
+    key = hashlib.sha256(text.encode()).hexdigest()
+    if key not in _FACTORIES:
+        _FACTORIES[key] = make_api_factory(config_file)
+    return _FACTORIES[key]
+
+
 def grade(api_for, job: dict) -> dict:
     """Grade one hand-in. `job`: lab, notebook (text), timestamp, release (the lab's
     released notebook, text), files (the release's other files, read-only beside it),
@@ -163,8 +216,13 @@ def grade(api_for, job: dict) -> dict:
         timings["intake"] = time.monotonic() - started
 
         mark = time.monotonic()
+        sandbox.KERNEL_STARTS.clear()
+        judge.CHECK_TIMES.clear()
         answer = api.autograde(lab, NEUTRAL_ID, force=True, create=True)
-        timings["autograde"] = time.monotonic() - mark
+        autograde = time.monotonic() - mark
+        timings["kernel_start"] = sum(sandbox.KERNEL_STARTS)
+        timings["checks"] = sum(judge.CHECK_TIMES)
+        timings["execution"] = autograde - timings["kernel_start"] - timings["checks"]
         log = str(answer.get("log", "")) + "\n" + str(answer.get("error", ""))
         graded_path = scratch / "autograded" / NEUTRAL_ID / lab / f"{lab}.ipynb"
         if not answer.get("success") or not graded_path.is_file():
@@ -219,7 +277,3 @@ def make_api_factory(config_file: Path):
         return NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
 
     return api_for
-
-
-if __name__ == "__main__":  # pragma: no cover - a manual check: grade one notebook
-    print(json.dumps(grade(make_api_factory(Path("nbgrader_config.py")), json.load(sys.stdin))))
