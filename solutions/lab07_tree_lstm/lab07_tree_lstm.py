@@ -183,18 +183,30 @@ from grader_observe import observe
 _r = random.Random(1234)
 
 
-def _ref(t):
-    if isinstance(t, int):
-        return t
-    _v = sorted(_ref(a) for a in t[1:])
-    return {"MIN": _v[0], "MAX": _v[-1], "MED": _v[(len(_v) - 1) // 2], "SUM": sum(_v) % 10}[t[0]]
+def _flat(op, counts):
+    """60 expressions [op d1 d2 ...] of random digits, with a number of digits from `counts`."""
+    return [(op, *(_r.randint(0, 9) for _ in range(_r.choice(counts)))) for _ in range(60)]
 
 
-_trees = [make_tree(_r, max_depth=5, max_args=6) for _ in range(500)]
-_values = [evaluate(_t) for _t in _trees]
-observe("values of 500 random trees", _values)
-for _t, _got in zip(_trees, _values, strict=True):
-    assert _got == _ref(_t), to_string(_t)
+observe(
+    "evaluate(tree) on [MIN ...], [MAX ...] and [SUM ...] of 2 to 6 random digits",
+    {_op: [evaluate(_t) for _t in _flat(_op, (2, 3, 4, 5, 6))] for _op in ("MIN", "MAX", "SUM")},
+    hint="MIN is the smallest argument, MAX the largest, SUM the sum of the arguments modulo 10.",
+)
+observe(
+    "evaluate(tree) on [MED ...] of random digits",
+    {
+        "odd number of digits (3, 5)": [evaluate(_t) for _t in _flat("MED", (3, 5))],
+        "even number of digits (2, 4, 6)": [evaluate(_t) for _t in _flat("MED", (2, 4, 6))],
+    },
+    hint="MED sorts the arguments and takes the middle one; with an even number of arguments, "
+    "the lower of the two middle ones.",
+)
+observe(
+    "evaluate(tree) on 500 random trees (depth <= 5, <= 6 arguments)",
+    [evaluate(make_tree(_r, max_depth=5, max_args=6)) for _ in range(500)],
+    hint="Evaluate every argument first (recursion), then apply the operator to their values.",
+)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -381,34 +393,46 @@ check(
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-observe("hand-made case: c", _chand, atol=1e-6)
 _gen = torch.Generator().manual_seed(71)
-for _trial in range(3):
-    _n, _m, _H, _E = 5, 9, 6, 4
+# The hand-made weights again (all 0 but U_f = 100 I), on other inputs: 4 nodes, 7 children
+# with random h and c, parents drawn at random.
+with torch.no_grad():
+    _hand = ChildSumTreeLSTMCell(2, 3)
+    for _p in _hand.parameters():
+        _p.zero_()
+    _hand.U_f.weight.copy_(100 * torch.eye(3))
+    _hh, _chh = _hand(
+        torch.zeros(4, 2),
+        torch.randn(7, 3, generator=_gen),
+        torch.randn(7, 3, generator=_gen) * 3,
+        torch.randint(0, 4, (7,), generator=_gen),
+    )
+observe(
+    "cell(...) with all weights 0 but U_f = 100 I, on 4 nodes with 7 random children",
+    {"h": _hh, "c": _chh},
+    atol=1e-5,
+    hint="Each child k needs its own forget gate f_jk = sigmoid(W_f x_j + U_f h_k + b_f), from "
+    "its own h_k (not from the sum of the children), multiplied with its own c_k.",
+)
+# Random weights and inputs, sizes unlike the visible checks, parents in random order.
+for _n, _m, _H, _E in [(5, 9, 6, 4), (1, 3, 2, 5), (8, 12, 3, 3)]:
     _cell = ChildSumTreeLSTMCell(_E, _H)
     with torch.no_grad():  # weights from an explicit generator, not from the global RNG
         for _name, _p in sorted(_cell.named_parameters()):
             _p.copy_(torch.randn(_p.shape, generator=_gen) * 0.5)
     _x = torch.randn(_n, _E, generator=_gen)
     _ch, _cc = torch.randn(_m, _H, generator=_gen), torch.randn(_m, _H, generator=_gen)
-    _parent = torch.randint(0, _n - 1, (_m,), generator=_gen)  # the last node is a leaf
+    # the last node is a leaf, unless it is the only one
+    _parent = torch.randint(0, max(_n - 1, 1), (_m,), generator=_gen)
     _h, _c = _cell(_x, _ch, _cc, _parent)
-    observe("h, c of 5 nodes with 9 children", [_h, _c], atol=1e-6)
-    for _j in range(_n):
-        _kids = (_parent == _j).nonzero().flatten()
-        _wx = _cell.W.weight @ _x[_j] + _cell.W.bias
-        _hsum = _ch[_kids].sum(0)
-        _g = _wx[: 3 * _H] + _cell.U_iou.weight @ _hsum
-        _i, _o, _u = (
-            torch.sigmoid(_g[:_H]),
-            torch.sigmoid(_g[_H : 2 * _H]),
-            torch.tanh(_g[2 * _H :]),
-        )
-        _cj = _i * _u
-        for _k in _kids:
-            _cj = _cj + torch.sigmoid(_wx[3 * _H :] + _cell.U_f.weight @ _ch[_k]) * _cc[_k]
-        assert torch.allclose(_c[_j], _cj, atol=1e-5)
-        assert torch.allclose(_h[_j], _o * torch.tanh(_cj), atol=1e-5)
+    observe(
+        f"cell(x, child_h, child_c, parent) on {_n} node(s) with {_m} children (random weights, "
+        f"hidden size {_H}, input size {_E})",
+        {"h": _h, "c": _c},
+        atol=1e-6,
+        hint="Usual suspects: the gates' order in the columns is i, o, u (then f for W); each "
+        "child's forget gate needs its parent's W_f x_j + b_f; h = o * tanh(c).",
+    )
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -445,51 +469,74 @@ with torch.no_grad():  # weights from an explicit generator, not from the global
     for _name, _p in sorted(_cell.named_parameters()):
         _p.copy_(torch.randn(_p.shape, generator=_gen, dtype=torch.float64))
 _params = dict(_cell.named_parameters())
-_x = torch.randn(4, 3, dtype=torch.float64, generator=_gen)
-_ch = torch.randn(5, 2, dtype=torch.float64, generator=_gen)
-_cc = torch.randn(5, 2, dtype=torch.float64, generator=_gen)
-_parent = torch.tensor([1, 1, 1, 3, 0])
-_mix_h = torch.randn(4, 2, dtype=torch.float64, generator=_gen)
-_mix_c = torch.randn(4, 2, dtype=torch.float64, generator=_gen)
+_x = torch.randn(5, 3, dtype=torch.float64, generator=_gen)
+_ch = torch.randn(8, 2, dtype=torch.float64, generator=_gen)
+_cc = torch.randn(8, 2, dtype=torch.float64, generator=_gen)
+_parent = torch.randint(0, 4, (8,), generator=_gen)  # node 4 has no children
+_mix_h = torch.randn(5, 2, dtype=torch.float64, generator=_gen)
+_mix_c = torch.randn(5, 2, dtype=torch.float64, generator=_gen)
 
 
-def _scalar(x, ch, cc, *weights):
-    """A scalar of the cell's outputs, as a function of its inputs and weights."""
-    _h, _c = torch.func.functional_call(
+def _outputs(x, ch, cc, *weights):
+    """The cell's (h, c) as a function of its inputs and weights."""
+    return torch.func.functional_call(
         _cell, dict(zip(_params, weights, strict=True)), (x, ch, cc, _parent)
     )
-    return (_h * _mix_h).sum() + (_c * _mix_c).sum(), _h.dtype, _c.dtype
 
 
-# Which values the cell computes is test_cell's business; this check observes only what
-# any correct cell shares: float64 outputs, and directional derivatives from autograd that
-# agree with central finite differences.
+def _scalar(*args):
+    _h, _c = _outputs(*args)
+    return (_h * _mix_h).sum() + (_c * _mix_c).sum()
+
+
+def _rows_used(grad):
+    """The rows of an input where autograd gives a nonzero gradient."""
+    if grad is None:
+        return []
+    return [int(_k) for _k in (grad != 0).any(dim=1).nonzero().flatten()]
+
+
+# Which values the cell computes is test_cell's business; this check records what autograd
+# makes of the student's cell in float64: the dtypes, which input rows each node's outputs
+# depend on, and how far autograd's directional derivatives are from central finite
+# differences of the same cell.
 _point = [_x, _ch, _cc, *(p.detach() for p in _params.values())]
 _leaves = [t.clone().requires_grad_() for t in _point]
-_value, _hdtype, _cdtype = _scalar(*_leaves)
-_grads = torch.autograd.grad(_value, _leaves)
-_agree = []
-for _trial in range(4):
+_h, _c = _outputs(*_leaves)
+_depends = {"x": [], "child_h": [], "child_c": []}
+for _j in range(_h.shape[0]):
+    _per_input = torch.autograd.grad(
+        (_h[_j] + _c[_j]).sum(), _leaves[:3], retain_graph=True, allow_unused=True
+    )
+    for _key, _g in zip(_depends, _per_input, strict=True):
+        _depends[_key].append(_rows_used(_g))
+_grads = torch.autograd.grad(_scalar(*_leaves), _leaves, allow_unused=True)
+_gaps = []
+for _trial in range(6):
     _dirs = [torch.randn(t.shape, dtype=torch.float64, generator=_gen) for t in _point]
     with torch.no_grad():
-        _up = _scalar(*(t + 1e-6 * d for t, d in zip(_point, _dirs, strict=True)))[0]
-        _down = _scalar(*(t - 1e-6 * d for t, d in zip(_point, _dirs, strict=True)))[0]
+        _up = _scalar(*(t + 1e-6 * d for t, d in zip(_point, _dirs, strict=True)))
+        _down = _scalar(*(t - 1e-6 * d for t, d in zip(_point, _dirs, strict=True)))
     _numeric = ((_up - _down) / 2e-6).item()
-    _analytic = sum((g * d).sum() for g, d in zip(_grads, _dirs, strict=True)).item()
-    _agree.append(abs(_numeric - _analytic) <= 1e-6 * max(1.0, abs(_numeric)))
+    _analytic = sum(
+        (g * d).sum() for g, d in zip(_grads, _dirs, strict=True) if g is not None
+    ).item()
+    _gaps.append((_analytic - _numeric) / max(1.0, abs(_numeric)))
 observe(
-    "dtypes of h and c, autograd agrees with finite differences",
-    [str(_hdtype), str(_cdtype), _agree],
-)
-
-
-def _through_params(*values):
-    _new = dict(zip(_params, values, strict=True))
-    return torch.func.functional_call(_cell, _new, (_x, _ch, _cc, _parent))
-
-
-assert torch.autograd.gradcheck(
-    _through_params, tuple(p.detach().clone().requires_grad_() for p in _params.values())
+    "cell(...) converted with .double(), on float64 inputs (5 nodes, 8 children, random "
+    "weights): dtypes, what autograd sees, autograd against finite differences",
+    {
+        "dtype of h": str(_h.dtype),
+        "dtype of c": str(_c.dtype),
+        "rows of x each node depends on": _depends["x"],
+        "rows of child_h each node depends on": _depends["child_h"],
+        "rows of child_c each node depends on": _depends["child_c"],
+        "autograd minus finite differences, 6 random directions (relative)": _gaps,
+    },
+    atol=1e-6,
+    hint="Everything in forward must stay differentiable in float64: no .item(), .detach(), "
+    "torch.no_grad() or NumPy, and new tensors made with x.new_zeros(...) so that they follow "
+    "x's dtype.",
 )
 ### END HIDDEN TESTS
 
@@ -562,10 +609,14 @@ def encode_recursive(model, tree):
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_encode_recursive"}
 ### BEGIN HIDDEN TESTS
-# (first, so that test_batched_equal has it even when a check here fails)
-def _reference_model(seed, hidden_size, embed_size):
-    """A TreeLSTM with weights from `seed` whose cell runs exercise 2's formulas, so that
-    what is observed here depends on encode_recursive / encode_batched only."""
+# (first, so that test_batched_equal and test_batched_calls have it even when a check here
+# fails)
+def _stand_in_model(seed, hidden_size, embed_size):
+    """A TreeLSTM with weights from `seed` whose cell runs a fixed stand-in function of the
+    same arguments instead of exercise 2's cell: it is not a Tree-LSTM cell, it only uses
+    every argument, pairs each child's h with its own c and ignores the order of the
+    children. What is recorded with it depends on encode_recursive / encode_batched only,
+    whether the student's cell is right or not."""
     gen = torch.Generator().manual_seed(seed)
     model = TreeLSTM(hidden_size=hidden_size, embed_size=embed_size)
     with torch.no_grad():
@@ -573,16 +624,15 @@ def _reference_model(seed, hidden_size, embed_size):
             p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
     cell, H = model.cell, hidden_size
 
-    def forward(x, child_h, child_c, parent):
-        n = x.shape[0]
-        wx = cell.W(x)
-        h_sum = x.new_zeros(n, H).index_add(0, parent, child_h)
-        i, o, u = (wx[:, : 3 * H] + cell.U_iou(h_sum)).chunk(3, dim=1)
-        f = torch.sigmoid(wx[parent, 3 * H :] + cell.U_f(child_h))
-        c = torch.sigmoid(i) * torch.tanh(u) + x.new_zeros(n, H).index_add(0, parent, f * child_c)
-        return torch.sigmoid(o) * torch.tanh(c), c
+    def stand_in(x, child_h, child_c, parent):
+        a, b, d = cell.U_iou(child_h).chunk(3, dim=1)
+        per_child = torch.tanh(cell.U_f(child_h) + a) * child_c + b * d
+        gathered = x.new_zeros(x.shape[0], H).index_add(0, parent, per_child)
+        p, q, r, s = cell.W(x).chunk(4, dim=1)
+        c = torch.tanh(p + gathered) * torch.sigmoid(q)
+        return torch.tanh(r * c + s), c
 
-    cell.forward = forward
+    cell.forward = stand_in
     return model
 
 
@@ -636,37 +686,31 @@ check(
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-
-def _ref_rec(m, t):
-    if isinstance(t, int):
-        _z = torch.zeros(0, m.hidden_size)
-        return m.cell(m.embed(torch.tensor([t])), _z, _z, torch.zeros(0, dtype=torch.long))
-    _st = [_ref_rec(m, a) for a in t[1:]]
-    return m.cell(
-        m.embed(torch.tensor([TOKEN[t[0]]])),
-        torch.cat([s[0] for s in _st]),
-        torch.cat([s[1] for s in _st]),
-        torch.zeros(len(_st), dtype=torch.long),
-    )
-
-
+_model_s = _stand_in_model(73, hidden_size=8, embed_size=4)
 _r = random.Random(99)
-for _ in range(10):
-    _t = make_tree(_r)
-    with CallCounter(_model.cell) as _count:
-        _h, _c = encode_recursive(_model, _t)
-    assert _count.calls == n_nodes(_t)
-    _rh, _rc = _ref_rec(_model, _t)
-    assert torch.allclose(_h, _rh, atol=1e-6) and torch.allclose(_c, _rc, atol=1e-6)
-
-
-_refmodel = _reference_model(73, hidden_size=8, embed_size=4)
-_r = random.Random(99)
-for _ in range(10):
-    _t = make_tree(_r)
-    with CallCounter(_refmodel.cell) as _count:
-        _h, _c = encode_recursive(_refmodel, _t)
-    observe("cell calls, root h, root c", [_count.calls, _h, _c], atol=1e-6)
+_trees = [3, 8, *(make_tree(_r, max_depth=5, max_args=5) for _ in range(10))]
+_calls, _hs, _cs = [], [], []
+for _t in _trees:
+    with CallCounter(_model_s.cell) as _count:
+        _h, _c = encode_recursive(_model_s, _t)
+    _calls.append(_count.calls)
+    _hs.append(_h)
+    _cs.append(_c)
+_what = "encode_recursive(model, tree) on 2 leaves and 10 random trees (depth <= 5, <= 5 arguments)"
+observe(
+    f"{_what}: cell calls",
+    _calls,
+    hint="The cell runs once per node, leaves included: call model.cell(...) exactly once for "
+    "every node, never model.cell.forward(...).",
+)
+observe(
+    f"{_what}, the cell replaced by a fixed stand-in function: root h and root c",
+    {"root h": _hs, "root c": _cs},
+    atol=1e-6,
+    hint="A leaf d: x = model.embed(torch.tensor([d])) and no children. An inner node: encode "
+    "every argument first, stack their h and c in two tensors, embed TOKEN[op], and call the "
+    "cell with parent all zeros; return the (h, c) the cell returns.",
+)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -818,28 +862,23 @@ for _name in _grads_r:
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-_r = random.Random(2024)
-for _size in (1, 7, 33):
-    _trees = [make_tree(_r, max_depth=5, max_args=5) for _ in range(_size)]
-    _labels = torch.randint(0, 10, (_size,))
-    _lr, _gr = _loss_and_grads(
-        _model, torch.cat([encode_recursive(_model, t)[0] for t in _trees]), _labels
-    )
-    _lb, _gb = _loss_and_grads(_model, encode_batched(_model, _trees), _labels)
-    assert abs(_lr - _lb) < 1e-5
-    for _name in _gr:
-        assert torch.allclose(_gr[_name], _gb[_name], atol=1e-5), _name
-
-
-_refmodel = _reference_model(74, hidden_size=16, embed_size=8)
+_model_s = _stand_in_model(74, hidden_size=16, embed_size=8)
 _gen = torch.Generator().manual_seed(74)
 _r = random.Random(2025)
 for _size in (1, 7, 33):
     _trees = [make_tree(_r, max_depth=5, max_args=5) for _ in range(_size)]
     _labels = torch.randint(0, 10, (_size,), generator=_gen)
-    _roots = encode_batched(_refmodel, _trees)
-    _loss, _grads = _loss_and_grads(_refmodel, _roots, _labels)
-    observe("root h, loss, every parameter's gradient", [_roots, _loss, _grads], atol=1e-5)
+    _roots = encode_batched(_model_s, _trees)
+    _loss, _grads = _loss_and_grads(_model_s, _roots, _labels)
+    observe(
+        f"encode_batched(model, trees) on {_size} random tree(s) (depth <= 5, <= 5 arguments), "
+        "the cell replaced by a fixed stand-in function, then cross-entropy and backward()",
+        {"root h": _roots, "loss": _loss, **{f"gradient of {_n}": _g for _n, _g in _grads.items()}},
+        atol=1e-5,
+        hint="Row b must be tree b's root; a node must run after all its children (its height "
+        "is 1 + the height of its TALLEST child); the states must stay in the autograd graph "
+        "(no .detach(), no .data).",
+    )
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_batched_calls"}
@@ -859,21 +898,32 @@ for _trees in ([parse("[SUM 1 [MAX 2 3 ] ]")], [5, 6, 7], [make_tree(_rng) for _
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
+_model_s = _stand_in_model(75, hidden_size=16, embed_size=8)
 _r = random.Random(77)
-_calls = []
-for _trees in (
-    [parse("[SUM 1 [MAX 2 3 ] ]")],
-    [5, 6, 7],
-    *(
-        [make_tree(_r, max_depth=6, max_args=3, p_subtree=0.5) for _ in range(_size)]
-        for _size in (2, 50)
-    ),
-):
-    with CallCounter(_model.cell) as _count:
-        encode_batched(_model, _trees)
-    _calls.append([len(_trees), _count.calls])
-    assert _count.calls == max(height(t) for t in _trees)
-observe("trees, cell calls", _calls)
+_nodes_per_call = []
+_handle = _model_s.cell.register_forward_hook(
+    lambda module, inputs, output: _nodes_per_call[-1].append(int(output[0].shape[0]))
+)
+try:
+    for _trees in (
+        [parse("[SUM 1 [MAX 2 [MIN 3 [MED 4 5 6 ] ] ] ]")],
+        [5, 6, 7],
+        *(
+            [make_tree(_r, max_depth=6, max_args=3, p_subtree=0.5) for _ in range(_size)]
+            for _size in (2, 9, 50)
+        ),
+    ):
+        _nodes_per_call.append([])
+        encode_batched(_model_s, _trees)
+finally:
+    _handle.remove()
+observe(
+    "encode_batched(model, trees) on 5 batches (a chain of 4 operators; 3 leaves; 2, 9 and 50 "
+    "random trees of depth <= 6): the number of nodes in each cell call, in call order",
+    _nodes_per_call,
+    hint="One call of the cell per height, 1, 2, 3, ... up to the tallest tree's, each with all "
+    "the nodes of that height from all the trees together.",
+)
 ### END HIDDEN TESTS
 
 # %% [markdown]
