@@ -16,20 +16,10 @@ import nbformat
 import pytest
 
 from graders.build import build
-from graders.catalogue import catalogue, expected, write_packs
+from graders.catalogue import catalogue, expected
 from graders.course import LABS, REPO, lab_source
 from graders.demo import answer_ids, compare, declared_class, write_class
 from graders.feedback import TemplateFeedback
-from graders.grade import grade_class
-
-
-@pytest.fixture(scope="session")
-def graded(course):
-    """The demo class and the mistake catalogue of every lab, graded in one class run."""
-    students = write_class(course, LABS, course / "labs")
-    packs = [pack for lab in LABS for pack in write_packs(course, lab, course / "labs")]
-    report = grade_class(course, labs=LABS, workers=2, quiet=True)
-    return students, packs, report
 
 
 def test_demo_class_gets_its_declared_scores(course, graded):

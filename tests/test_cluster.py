@@ -1,0 +1,162 @@
+"""Grading on a cluster: a real `dask scheduler` and two `dask worker` processes, each started
+as a separate process in a folder of its own outside the repository, sharing no folder with
+the course. The demo class of two labs is graded through them with the grades of the local
+run; a worker killed mid-run costs nothing; an interrupted run, run again, grades only what
+is missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from graders.build import build
+from graders.course import REPO
+from graders.demo import write_class
+from graders.grade import GRADING_LOG, read_scores
+
+LABS = ["lab02_backprop", "lab03_accumulation"]
+DASK = str(Path(sys.executable).parent / "dask")
+pytestmark = pytest.mark.timeout(900)
+
+
+def wait_for(path: Path, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.is_file() or not path.read_text().strip():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def cluster(tmp_path_factory):
+    """A scheduler and two single-threaded workers, each in a folder of its own."""
+    base = tmp_path_factory.mktemp("cluster")
+    folders = {name: base / name for name in ("scheduler", "worker-1", "worker-2")}
+    for folder in folders.values():
+        folder.mkdir()
+    address_file = folders["scheduler"] / "scheduler.json"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    processes = [
+        subprocess.Popen(
+            [
+                DASK,
+                "scheduler",
+                "--port",
+                "0",
+                "--dashboard-address",
+                ":0",
+                "--scheduler-file",
+                str(address_file),
+            ],
+            cwd=folders["scheduler"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+    ]
+    wait_for(address_file)
+    address = json.loads(address_file.read_text())["address"]
+    for name in ("worker-1", "worker-2"):
+        processes.append(
+            subprocess.Popen(
+                [
+                    DASK,
+                    "worker",
+                    address,
+                    "--nthreads",
+                    "1",
+                    "--nworkers",
+                    "1",
+                    "--no-nanny",
+                    "--local-directory",
+                    str(folders[name]),
+                    "--name",
+                    name,
+                ],
+                cwd=folders[name],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+        )
+    from distributed import Client
+
+    with Client(address, timeout="60s") as client:
+        client.wait_for_workers(2, timeout=120)
+    yield address, processes[1:]
+    for process in processes:
+        process.kill()
+        process.wait()
+
+
+def grade_cli(root: Path, address: str) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "graders.grade", "--root", str(root), "--scheduler", address]
+    argv += [arg for lab in LABS for arg in ("--lab", lab)]
+    return subprocess.Popen(
+        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def log_lines(root: Path) -> list[dict]:
+    return [json.loads(line) for line in (root / GRADING_LOG).read_text().splitlines()]
+
+
+def test_a_cluster_grades_like_the_local_run_and_survives_a_lost_worker(
+    cluster, graded, course, tmp_path
+):
+    address, workers = cluster
+    root = tmp_path / "course"
+    build(root=root, labs=LABS, release=root / "labs")
+    students = write_class(root, LABS, root / "labs")
+    run = grade_cli(root, address)
+    out = []
+    for line in run.stdout:
+        out.append(line)
+        if "[2/" in line and workers[0].poll() is None:  # mid-run: lose a worker for good
+            workers[0].kill()
+    assert run.wait() == 0, "".join(out)
+    assert workers[0].poll() is not None, "the worker was not killed mid-run"
+    text = "".join(out)
+    assert "Traceback" not in text and "needs a human look" not in text, text
+    local, _ = read_scores(course, LABS)
+    ours, _ = read_scores(root, LABS)
+    names = {s.name for s in students}
+    assert ours == {k: v for k, v in local.items() if k[0] in names}
+    # nothing graded twice: one log line per hand-in
+    logged = [(e["student"], e["lab"]) for e in log_lines(root)]
+    assert sorted(logged) == sorted((s.name, s.lab) for s in students)
+
+
+def test_an_interrupted_run_is_resumed_without_grading_anything_twice(cluster, tmp_path):
+    address, _workers = cluster
+    root = tmp_path / "course"
+    build(root=root, labs=LABS, release=root / "labs")
+    students = write_class(root, LABS, root / "labs")
+    run = grade_cli(root, address)
+    out = []
+    for line in run.stdout:
+        out.append(line)
+        if "[3/" in line:
+            run.send_signal(signal.SIGINT)  # Ctrl-C
+    assert run.wait() == 130, "".join(out)
+    assert "run the same command again" in "".join(out)
+    with sqlite3.connect(root / "gradebook.db") as db:
+        assert db.execute("pragma integrity_check").fetchone() == ("ok",)
+    first = log_lines(root)
+    assert 3 <= len(first) < len(students)
+    again = grade_cli(root, address)
+    text = again.communicate()[0]
+    assert again.returncode == 0, text
+    assert f"({len(first)} already graded" in text
+    logged = [(e["student"], e["lab"]) for e in log_lines(root)]
+    assert sorted(logged) == sorted((s.name, s.lab) for s in students), "graded twice or lost"
+    scores, _ = read_scores(root, LABS)
+    assert {(s.name, s.lab): s.score for s in students} == scores
