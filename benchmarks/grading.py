@@ -8,6 +8,9 @@ grader also compares every test cell with what the solution notebook records; `m
 runs those reference notebooks once per release (build/reference/). Their time is printed
 on its own, and a second ratio counts it in as if grading had had to run them too.
 
+The same class is then graded once more through a `dask scheduler` and N `dask worker`
+processes started on this machine (cluster mode), for the ratio of their throughputs.
+
 Then, per lab, the grader's overhead on one hand-in (the complete one): its task and merge
 time, minus the time the same notebook takes to run in a bare kernel (nbclient, no sandbox,
 no nbgrader), measured right after, one at a time.
@@ -20,6 +23,7 @@ import shutil
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -30,6 +34,51 @@ from graders.demo import write_class  # noqa: E402
 from graders.grade import grade_class, read_scores, worker_count  # noqa: E402
 from graders.judge import prepare_references  # noqa: E402
 from graders.nbgrader_cli import nbgrader  # noqa: E402
+
+
+@contextmanager
+def dask_cluster(folder: Path, workers: int):
+    """`dask scheduler` and `workers` single-threaded `dask worker` processes, on this
+    machine, as an instructor would start them on a cluster; yields the address."""
+    import json
+    import subprocess
+
+    from distributed import Client
+
+    dask = str(Path(sys.executable).parent / "dask")
+    folder.mkdir()
+    address_file = folder / "scheduler.json"
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "cwd": folder}
+    processes = [
+        subprocess.Popen(
+            [
+                dask,
+                "scheduler",
+                "--port",
+                "0",
+                "--dashboard-address",
+                ":0",
+                "--scheduler-file",
+                str(address_file),
+            ],
+            **quiet,
+        )  # fmt: skip
+    ]
+    try:
+        while not address_file.is_file() or not address_file.read_text().strip():
+            time.sleep(0.2)
+        address = json.loads(address_file.read_text())["address"]
+        for _ in range(workers):
+            processes.append(
+                subprocess.Popen([dask, "worker", address, "--nthreads", "1"], **quiet)
+            )
+        with Client(address) as client:
+            client.wait_for_workers(workers, timeout=120)
+        yield address
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
 
 
 def bare_run(notebook: Path) -> float:
@@ -68,6 +117,7 @@ def main() -> int:
         prepare_references(plain, labs, workers=args.workers)
         t_refs = time.monotonic() - start
         shutil.copytree(plain, ours)
+        shutil.copytree(plain, Path(tmp) / "cluster")
         print(f"{len(students)} submissions, {len(labs)} labs", flush=True)
         print(f"reference runs, once per release (make build): {t_refs:7.1f} s")
 
@@ -84,6 +134,16 @@ def main() -> int:
         print(f"ratio: {t_plain / t_ours:.2f}x")
         print(f"ratio counting the reference runs too: {t_plain / (t_ours + t_refs):.2f}x")
 
+        with dask_cluster(Path(tmp) / "dask", workers=args.workers) as address:
+            start = time.monotonic()
+            grade_class(Path(tmp) / "cluster", labs=labs, feedback=False, quiet=True,
+                        scheduler=address)  # fmt: skip
+            t_cluster = time.monotonic() - start
+        print(
+            f"graders.grade on a dask scheduler + {args.workers} dask workers: {t_cluster:7.1f} s"
+        )
+        print(f"cluster throughput / local throughput: {t_ours / t_cluster:.2f}x")
+
         print("per-hand-in overhead (complete student; task + merge - bare kernel run):")
         for lab in labs:
             timings = report.timings[("complete", lab)]
@@ -93,11 +153,13 @@ def main() -> int:
                   f"overhead {graded - bare:5.1f} s")  # fmt: skip
 
         a, b = read_scores(plain, labs)[0], read_scores(ours, labs)[0]
-        same = a == b
+        c = read_scores(Path(tmp) / "cluster", labs)[0]
+        same = a == b == c
         print("grades identical:", same)
-        for key in sorted(set(a) | set(b)):
-            if a.get(key) != b.get(key):
-                print(f"  {key[0]}/{key[1]}: plain {a.get(key)}, ours {b.get(key)}")
+        for key in sorted(set(a) | set(b) | set(c)):
+            if not a.get(key) == b.get(key) == c.get(key):
+                print(f"  {key[0]}/{key[1]}: plain {a.get(key)}, local {b.get(key)}, "
+                      f"cluster {c.get(key)}")  # fmt: skip
     return 0 if same else 1
 
 
