@@ -10,7 +10,7 @@ export PYTHONPATH := $(abspath graders/kernel)
 # have it beside the repository; users do not, and get the offline sample instead).
 export COURSE_MNIST_MIRROR ?= $(wildcard $(abspath ../shared/data))
 
-.PHONY: help install sandbox browser build data demo autograde test format lab clean
+.PHONY: help install sandbox browser build data demo autograde report test format lab clean
 
 help:
 	@echo "make demo       set up .venv, build the labs, grade the demo class, print the grades"
@@ -18,6 +18,7 @@ help:
 	@echo "make build      solutions/*.py -> labs/ (the student release)"
 	@echo "make data       prepare MNIST in data/cache (works offline)"
 	@echo "make autograde  grade everything under submitted/ -> gradebook, feedback/, grades.csv"
+	@echo "make report     the class report (report/index.html) and grades-wide.csv for the LMS"
 	@echo "make lab        open JupyterLab on labs/"
 
 # The virtual environment is (re)made when pyproject.toml changes.
@@ -60,6 +61,10 @@ demo: build sandbox
 
 autograde: install sandbox
 	$(PY) -m graders.grade
+
+# Reads gradebook.db and grading-log.jsonl only: run it after any (re)grading.
+report: install
+	$(PY) -m graders.report
 
 test: install sandbox browser
 	$(PY) -m ruff check .
