@@ -4,13 +4,11 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 export PATH := $(abspath $(VENV))/bin:$(PATH)
-# Hidden tests import grader_observe (graders/kernel/), also under `nbgrader validate`.
-export PYTHONPATH := $(abspath graders/kernel)
 # Where `make data` may copy MNIST from when there is no network (the team's machines and CI
 # have it beside the repository; users do not, and get the offline sample instead).
 export COURSE_MNIST_MIRROR ?= $(wildcard $(abspath ../shared/data))
 
-.PHONY: help install sandbox browser build data demo autograde test format lab clean
+.PHONY: help install sandbox browser build data demo autograde report test format lab clean
 
 help:
 	@echo "make demo       set up .venv, build the labs, grade the demo class, print the grades"
@@ -18,6 +16,7 @@ help:
 	@echo "make build      solutions/*.py -> labs/ (the student release)"
 	@echo "make data       prepare MNIST in data/cache (works offline)"
 	@echo "make autograde  grade everything under submitted/ -> gradebook, feedback/, grades.csv"
+	@echo "make report     the class report (report/index.html) and grades-wide.csv for the LMS"
 	@echo "make lab        open JupyterLab on labs/"
 
 # The virtual environment is (re)made when pyproject.toml changes.
@@ -60,6 +59,10 @@ demo: build sandbox
 
 autograde: install sandbox
 	$(PY) -m graders.grade
+
+# Reads gradebook.db and grading-log.jsonl only: run it after any (re)grading.
+report: install
+	$(PY) -m graders.report
 
 test: install sandbox browser
 	$(PY) -m ruff check .

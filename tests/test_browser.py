@@ -2,8 +2,9 @@
 
 Starts `jupyter lab` on a copy of labs/, opens a lab in Debian's chromium through Playwright,
 runs every cell, and checks that the graph picture is rendered and that nbgrader's Validate
-button is on the toolbar. The screenshot lands in test-output/. Skipped, with one line, only
-where no chromium can be had (`make browser` installs it where it can).
+button is on the toolbar. The instructor's view: the class report of a graded class, opened
+from disk, with every chart rendered. Screenshots land in test-output/. Skipped, with one
+line, only where no chromium can be had (`make browser` installs it where it can).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import nbformat
@@ -25,9 +27,11 @@ import pytest
 from graders.build import source_notebook
 from graders.course import REPO
 from graders.demo import declared_class, student_notebook
+from graders.report import build_report
 
 LAB = "lab02_backprop"  # draws its graph with draw(out)
 SCREENSHOT = REPO / "test-output" / f"{LAB}-jupyterlab.png"
+REPORT_SCREENSHOT = REPO / "test-output" / "class-report.png"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_ARGS = [
     "--headless",
@@ -179,3 +183,41 @@ def test_a_lab_runs_in_jupyterlab_with_nbgrader(jupyterlab):
         finally:
             browser.close()
     assert SCREENSHOT.stat().st_size > 10_000
+
+
+def test_the_class_report_renders_in_chromium(tmp_path_factory):
+    """report/index.html of a graded class (tests/test_report.py's), opened from disk: every
+    lab's charts and the grading-time chart are decoded images, and each has its numbers."""
+    if CHROMIUM is None:
+        pytest.skip("no chromium to drive: `make browser` or `sudo apt-get install chromium`")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    from test_report import LABS, graded_course
+
+    built = build_report(graded_course(tmp_path_factory))
+    REPORT_SCREENSHOT.parent.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=STEP_MS
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1100})
+            page.set_default_timeout(STEP_MS)
+            page.goto(built.index.as_uri())
+            page.wait_for_function("() => [...document.images].every(img => img.complete)")
+            images = page.evaluate(
+                """() => [...document.querySelectorAll('figure img')].map(img => ({
+                  section: [...document.querySelectorAll('h2')]  // the h2 above the chart
+                    .filter(h => h.compareDocumentPosition(img) & Node.DOCUMENT_POSITION_FOLLOWING)
+                    .pop().id,
+                  width: img.naturalWidth, height: img.naturalHeight, alt: img.alt }))"""
+            )
+            assert images and all(i["width"] > 0 and i["height"] > 0 for i in images), images
+            charts = Counter(i["section"] for i in images)
+            for lab in LABS:
+                assert charts[f"lab-{lab}"] == 2, charts  # scores and pass rates
+            assert charts["time"] == 1, charts
+            assert all(i["alt"] for i in images)
+            page.screenshot(path=str(REPORT_SCREENSHOT), full_page=True)
+        finally:
+            browser.close()
+    assert REPORT_SCREENSHOT.stat().st_size > 10_000
