@@ -129,40 +129,66 @@ def two_steps(set_to_none, a0=1.0, b0=2.0):
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_two_steps"}
+check(
+    "two_steps" in globals(),
+    "two_steps is not defined: run the exercise cell above (it raised an error, or did not run).",
+)
 for _flag, _b_want in ((True, 1.9), (False, 1.81)):
-    _result = two_steps(_flag)
+    _error = None
+    try:
+        _result = two_steps(_flag)
+    except NotImplementedError:
+        raise
+    except Exception as _e:  # any other error: say which call raised it
+        _error = _e
     check(
-        isinstance(_result, tuple) and len(_result) == 2,
-        "two_steps should return a tuple of two floats (a, b).",
+        _error is None,
+        f"two_steps(set_to_none={_flag}) raised an error instead of returning (a, b): "
+        f"{type(_error).__name__}: {str(_error)[:150]}",
+    )
+    check(
+        isinstance(_result, tuple)
+        and len(_result) == 2
+        and all(
+            isinstance(v, float | int) or getattr(v, "numel", lambda: 0)() == 1 for v in _result
+        ),
+        f"two_steps(set_to_none={_flag}) should return a tuple of two floats (a, b), "
+        f"got {type(_result).__name__}: return a.item(), b.item().",
     )
     _a, _b = (float(v) for v in _result)
     check(
         abs(_a - 0.26) > 1e-6,
-        f"set_to_none={_flag}: a = 0.26, which means step 2 also used step 1's gradient of a "
-        "(2 + 1.6 instead of 1.6): call optimizer.zero_grad(...) between the two steps.",
+        f"two_steps(set_to_none={_flag}): a = 0.26, which means step 2 also used step 1's "
+        "gradient of a (2 + 1.6 instead of 1.6): call optimizer.zero_grad(...) between the steps.",
     )
     check(
-        not 1e-9 <= abs(_a - 0.46) < 1e-5,
-        f"set_to_none={_flag}: a = {_a!r} is 0.46 only up to float32 rounding: create a and b "
-        "with dtype=torch.float64.",
+        abs(_a - 0.64) > 1e-6,
+        f"two_steps(set_to_none={_flag}): a = 0.64, which is a plain SGD step from 0.8: step 2 "
+        "lost the momentum buffer of step 1. Use one optimizer for both steps.",
+    )
+    check(
+        not 1e-9 <= abs(_a - 0.46) < 1e-5 and not 1e-9 <= abs(_b - _b_want) < 1e-5,
+        f"two_steps(set_to_none={_flag}): a = {_a!r}, b = {_b!r} are right only up to float32 "
+        "rounding: create a and b with dtype=torch.float64.",
     )
     check(
         abs(_a - 0.46) < 1e-9,
-        f"set_to_none={_flag}: a should be 0.46 after step 2, got {_a:.4f}. Step 1 takes a to "
-        "0.8; in step 2 the momentum buffer is 0.9 * 2 + 1.6 = 3.4.",
+        f"two_steps(set_to_none={_flag}): a should be 0.46 after step 2, got {_a:.4f}. Step 1 "
+        "takes a to 0.8; in step 2 the momentum buffer is 0.9 * 2 + 1.6 = 3.4.",
     )
     if _flag:
         check(
             abs(_b - 1.9) < 1e-9,
-            f"set_to_none=True: b should stay at 1.9 after step 2, got {_b:.4f}. Its grad is None "
-            "after zero_grad(set_to_none=True), and SGD skips parameters whose grad is None.",
+            f"two_steps(set_to_none=True): b should stay at 1.9 after step 2, got {_b:.4f}. Its "
+            "grad is None after zero_grad(set_to_none=True), and SGD skips parameters whose "
+            "grad is None. (Clear the gradients of both a and b, with the optimizer's zero_grad.)",
         )
     else:
         check(
             abs(_b - 1.81) < 1e-9,
-            f"set_to_none=False: b should be 1.81 after step 2, got {_b:.4f}. Its grad is a tensor "
-            "of zeros, so SGD does update it: momentum 0.9 * 1 moves it by 0.09. Did you pass "
-            "set_to_none=set_to_none to zero_grad?",
+            f"two_steps(set_to_none=False): b should be 1.81 after step 2, got {_b:.4f}. Its grad "
+            "is a tensor of zeros, so SGD does update it: momentum 0.9 * 1 moves it by 0.09. Did "
+            "you pass set_to_none=set_to_none to zero_grad?",
         )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -173,7 +199,7 @@ _hints = {
     False: "zero_grad(set_to_none=False) leaves b a zero gradient, which SGD does not skip: "
     "momentum moves b in step 2. Pass set_to_none=set_to_none to zero_grad, use float64.",
 }
-for _a0, _b0 in ((1.0, 2.0), (0.5, -1.5), (-2.0, 3.0), (1.25, 0.75)):
+for _a0, _b0 in ((1.0, 2.0), (0.5, -1.5), (-2.0, 3.0), (1.25, 0.75), (3, -2)):
     for _flag in (True, False):
         _a, _b = (float(v) for v in two_steps(_flag, _a0, _b0))
         observe(
@@ -183,6 +209,15 @@ for _a0, _b0 in ((1.0, 2.0), (0.5, -1.5), (-2.0, 3.0), (1.25, 0.75)):
             atol=1e-9,
             hint=_hints[_flag],
         )
+# a0, b0 as keywords, in the other order
+_a, _b = (float(v) for v in two_steps(set_to_none=False, b0=-0.5, a0=2.5))
+observe(
+    "two_steps(set_to_none=False, b0=-0.5, a0=2.5), by keyword: a and b after step 2",
+    {"a": _a, "b": _b},
+    rtol=0,
+    atol=1e-9,
+    hint=_hints[False],
+)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -234,7 +269,8 @@ draw(loss, params={"W": W})
 #   new leaf with `W.detach().clone().requires_grad_()`.
 #
 # `W` may already hold a gradient from earlier calls: `shared` must be the gradient of this
-# loss only (clear `W.grad` first). The check compares `sum(copies)` with `shared`.
+# loss only (clear `W.grad` first), and a tensor of its own, which a later `backward()` into
+# `W` does not change (a clone of `W.grad`). The check compares `sum(copies)` with `shared`.
 
 
 # %% nbgrader={"solution": true, "grade_id": "unrolled_grads"}
@@ -257,58 +293,96 @@ def unrolled_grads(W, h0, k):
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_unrolled_grads"}
+check(
+    "unrolled_grads" in globals(),
+    "unrolled_grads is not defined: run the exercise cell above (it raised an error, or did "
+    "not run).",
+)
 _W = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
 _h0 = torch.randn(3, 1, dtype=torch.float64)
-_result = unrolled_grads(_W, _h0, 3)
+_error = None
+try:
+    _result = unrolled_grads(_W, _h0, 3)
+except NotImplementedError:
+    raise
+except Exception as _e:  # any other error: say which call raised it
+    _error = _e
+check(
+    _error is None,
+    "unrolled_grads(W, h0, k=3) on a random 3x3 W whose .grad is None raised an error: "
+    f"{type(_error).__name__}: {str(_error)[:150]}. If it is about NoneType: W.grad is None "
+    "before W's first backward(), so clear it with W.grad = None rather than W.grad.zero_().",
+)
 check(
     isinstance(_result, tuple) and len(_result) == 2,
-    "unrolled_grads should return (shared, copies).",
+    "unrolled_grads(W, h0, k=3) should return a tuple (shared, copies).",
 )
 _shared, _copies = _result
 check(
     isinstance(_shared, torch.Tensor) and _shared.shape == _W.shape,
-    "shared should be a tensor shaped like W: the gradient of the loss with respect to W.",
+    "unrolled_grads(W, h0, k=3): shared should be a tensor shaped like W, the gradient of the "
+    "loss with respect to W.",
 )
 check(
     isinstance(_copies, list) and len(_copies) == 3,
-    "copies should be a list of k = 3 gradients, one per copy.",
+    "unrolled_grads(W, h0, k=3): copies should be a list of k = 3 gradients, one per copy "
+    "(check how many times your loops run).",
 )
 check(
     all(isinstance(g, torch.Tensor) and g.shape == _W.shape for g in _copies),
-    "each entry of copies should be a gradient tensor shaped like W (is one of them None? "
-    "each copy must be a leaf that requires grad and is used in the forward pass).",
+    "unrolled_grads(W, h0, k=3): each entry of copies should be a gradient tensor shaped like "
+    "W (is one of them None? each copy must be a leaf that requires grad, made with "
+    "W.detach().clone().requires_grad_(), and used in the second forward pass).",
 )
 check(
     not all(torch.allclose(g, _copies[0]) for g in _copies),
-    "all copies got the same gradient: step i must use copy W_i, so that each copy sees its own step.",
+    "unrolled_grads(W, h0, k=3): all copies got the same gradient: step i must use its own copy "
+    "W_i (k separate leaves, not one leaf k times), so that each copy sees its own step.",
 )
 check(
     torch.allclose(sum(_copies), _shared, atol=1e-10),
-    "sum(copies) should equal shared: a weight used k times gets the sum of the k gradients. "
-    "Check that both forward passes start from h0 and do the same k steps.",
+    "unrolled_grads(W, h0, k=3): sum(copies) should equal shared, since a weight used k times "
+    "gets the sum of the k gradients. Check that both forward passes start from h0, do the "
+    "same k steps, and that shared holds the gradient of this loss only.",
+)
+_kept = _shared.detach().clone()
+(_W * 2.0).sum().backward()  # later code adds into W.grad
+check(
+    torch.equal(_shared, _kept),
+    "the shared gradient returned by unrolled_grads changed when a later backward() added "
+    "into W.grad: return a copy (W.grad.clone()), not the .grad tensor itself.",
 )
 _again, _ = unrolled_grads(_W, _h0, 3)
 check(
-    torch.allclose(_again, _shared, atol=1e-10),
-    "calling unrolled_grads twice on the same W gave a different shared gradient: W.grad "
-    "accumulates across backward calls, so clear it (W.grad = None) before backward().",
+    torch.allclose(_again, _kept, atol=1e-10),
+    "calling unrolled_grads(W, h0, k=3) again, on a W that already holds a gradient, gave a "
+    "different shared gradient: W.grad accumulates across backward calls, so clear it "
+    "(W.grad = None) before backward().",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
+_hint = (
+    "Both forward passes start from h0 and run k steps, for the k passed in; shared is the "
+    "gradient of this loss only (clear W.grad before backward()) and a copy (W.grad.clone()); "
+    "copies has k entries, and step i of the second pass uses copy W_i."
+)
 _gen = torch.Generator().manual_seed(31)
-for _k in (1, 2, 5):
-    _W = torch.randn(4, 4, dtype=torch.float64, requires_grad=True, generator=_gen)
+for _k, _n, _cols in ((1, 4, 1), (2, 4, 1), (5, 4, 1), (4, 2, 3), (7, 5, 2)):
+    _W = torch.randn(_n, _n, dtype=torch.float64, requires_grad=True, generator=_gen)
     _W.grad = torch.full_like(_W, 7.0)  # a stale gradient from an earlier loss
-    _h0 = torch.randn(4, 1, dtype=torch.float64, generator=_gen)
+    _h0 = torch.randn(_n, _cols, dtype=torch.float64, generator=_gen)
     _shared, _copies = unrolled_grads(_W, _h0, _k)
+    _record = {"shared": _shared.detach().clone(), "copies": list(_copies)}
+    (_W * 3.0).sum().backward()  # a later backward() adds into W.grad
+    _record["shared, after a later backward() into W"] = _shared
     observe(
-        f"unrolled_grads(W, h0, k={_k}) on a random 4x4 W that already holds a gradient",
-        {"shared": _shared, "copies": list(_copies)},
+        f"unrolled_grads(W, h0, k={_k}) on a random {_n}x{_n} W that already holds a gradient, "
+        f"h0 of {_cols} column(s)",
+        _record,
         rtol=0,
         atol=1e-10,
-        hint="shared is the gradient of this loss only (clear W.grad before backward()); "
-        "copies has k entries, and step i of the second forward pass uses copy W_i, from h0.",
+        hint=_hint,
     )
 ### END HIDDEN TESTS
 
@@ -377,23 +451,56 @@ def count_uses(loss, W):
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_count_uses"}
+check(
+    "count_uses" in globals(),
+    "count_uses is not defined: run the exercise cell above (it raised an error, or did not run).",
+)
 _W = torch.randn(3, 3, requires_grad=True)
 _h = torch.randn(3, 1)
 for _ in range(4):
     _h = torch.tanh(_W @ _h)
-_n = count_uses(_h.sum(), _W)
-check(_n == 4, f"W is used 4 times in the unrolled cell, count_uses says {_n}.")
+_error = None
+try:
+    _n = count_uses(_h.sum(), _W)
+except NotImplementedError:
+    raise
+except Exception as _e:  # any other error: say which call raised it
+    _error = _e
+check(
+    _error is None,
+    "count_uses(loss, W) on the loss of 4 steps h = tanh(W @ h) raised an error: "
+    f"{type(_error).__name__}: {str(_error)[:150]}. (Compare nodes with `is`: "
+    "child.variable is W; == compares the tensors' values.)",
+)
+check(
+    _n == 4,
+    f"count_uses(loss, W) on 4 steps h = tanh(W @ h): W is used 4 times, count_uses says {_n}.",
+)
 _x = torch.randn(3, 1)
 _u = _W @ _x
 _n = count_uses(_u.sin().sum() + _u.cos().sum(), _W)
 check(
     _n == 1,
-    f"u = W @ x is used twice, but W only once: count_uses says {_n}. Visit each node once "
-    "(keep a set of visited nodes), so the edge from u's node into W is counted once.",
+    f"count_uses(loss, W) on u = W @ x; loss = u.sin().sum() + u.cos().sum(): u is used twice, "
+    f"but W only once; count_uses says {_n}. Visit each node once (keep a set of visited "
+    "nodes), so the edge from u's node into W is counted once.",
+)
+_a = torch.randn(3, requires_grad=True)
+_n = count_uses((_a * _a).sum(), _a)
+check(
+    _n == 2,
+    f"count_uses(loss, a) on loss = (a * a).sum(): one node uses a twice, count_uses says {_n}. "
+    "Count the edges (child, index) into a's AccumulateGrad node, not the nodes that use it: "
+    "a * a has two.",
 )
 _other = torch.randn(3, 3, requires_grad=True)
 _n = count_uses((_other @ _x).sum(), _W)
-check(_n == 0, f"W is not used in this loss, count_uses should return 0, got {_n}.")
+check(
+    _n == 0,
+    f"count_uses(loss, W) on a loss made from another tensor: W is not in it, count_uses should "
+    f"return 0, got {_n}. Count only edges into the AccumulateGrad of W itself "
+    "(child.variable is W).",
+)
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
@@ -523,7 +630,8 @@ grad_summary(net)
 # does one step of plain gradient descent on the loss `net(x, branch).pow(2).mean()`:
 # clear the gradients, forward, backward, then `p -= lr * p.grad` for every parameter `p`
 # that has a gradient (you may use `torch.optim.SGD(net.parameters(), lr=lr)` instead of
-# updating by hand). It changes `net` in place and returns nothing.
+# updating by hand). It changes `net` in place and returns nothing (with an empty
+# `branches`, `net` stays as it is).
 #
 # A layer must move only in the steps that use it.
 
@@ -542,54 +650,97 @@ def sgd_train(net, x, branches, lr):
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_sgd_train"}
+def _same(_layer, _values, _exact=False):
+    """Do the layer's parameters hold these values (exactly, or up to rounding)?"""
+    _close = torch.equal if _exact else lambda a, b: torch.allclose(a, b, atol=1e-6)
+    return all(_close(_p.detach(), _v) for _p, _v in zip(_layer.parameters(), _values, strict=True))
+
+
+check(
+    "sgd_train" in globals(),
+    "sgd_train is not defined: run the exercise cell above (it raised an error, or did not run).",
+)
 torch.manual_seed(2)
-_net = TwoBranch()
+_start = TwoBranch()
 _x = torch.rand(8, 4)
-_start = copy.deepcopy(_net)
-# by hand: one step on branch 1 only
-_one = copy.deepcopy(_net)
+# by hand: one step of plain gradient descent on branch 1
+_one = copy.deepcopy(_start)
 _one(_x, 1).pow(2).mean().backward()
-_w1_after_one = _one.fc_1.weight.detach() - 0.1 * _one.fc_1.weight.grad
-try:
-    sgd_train(_net, _x, [1, 2, 2], lr=0.1)
-except (AttributeError, TypeError) as _error:
+_after_one = [(_p - 0.1 * _p.grad).detach() for _p in _one.fc_1.parameters()]
+_runs = {}
+for _branches in ([1], [1, 2, 2]):
+    _net = copy.deepcopy(_start)
+    _error = None
+    try:
+        sgd_train(_net, _x, _branches, lr=0.1)
+    except NotImplementedError:
+        raise
+    except Exception as _e:  # any other error: say which call raised it
+        _error = _e
     check(
-        False,
-        f"sgd_train crashed ({_error}). Some parameters have .grad None in a step that does not use "
-        "them: skip those (if p.grad is not None).",
+        _error is None,
+        f"sgd_train(net, x, {_branches}, lr=0.1) on a new TwoBranch net raised an error: "
+        f"{type(_error).__name__}: {str(_error)[:150]}. If it is about NoneType: a layer that a "
+        "step does not use has .grad None there; skip it (if p.grad is not None).",
     )
+    _runs[len(_branches)] = _net
+
+
+_net = _runs[1]
 check(
-    not torch.equal(_net.fc_1.weight, _start.fc_1.weight),
-    "fc_1 did not move at all, but step 1 uses branch 1: is the update applied?",
+    not _same(_net.fc_1, [_p.detach() for _p in _start.fc_1.parameters()], _exact=True),
+    "sgd_train(net, x, [1], lr=0.1): fc_1 did not move, but the one step uses branch 1. Does "
+    "the loop take one step per entry of branches, and is the update applied, in place, to "
+    "the parameters of the net that was passed in?",
 )
 check(
-    torch.allclose(_net.fc_1.weight, _w1_after_one, atol=1e-6),
-    "fc_1 should have moved in step 1 only (branches [1, 2, 2]), but it moved again later. Its "
-    ".grad still held the gradient of step 1: clear gradients at the start of every step "
-    "(net.zero_grad()).",
+    _same(_net.fc_1, _after_one),
+    "sgd_train(net, x, [1], lr=0.1): after one step on branch 1, fc_1's weight and bias should "
+    "be p - lr * p.grad, for the gradient of net(x, 1).pow(2).mean(); they are not. Update "
+    "every parameter (weights and biases) by lr times its gradient, with the mean loss.",
 )
 check(
-    not torch.equal(_net.fc_2.weight, _start.fc_2.weight),
-    "fc_2 did not move, but steps 2 and 3 use branch 2.",
+    _same(_net.fc_2, [_p.detach() for _p in _start.fc_2.parameters()], _exact=True),
+    "sgd_train(net, x, [1], lr=0.1): fc_2 moved, in a step that does not use it. Only a "
+    "parameter's own gradient may move it: plain gradient descent, no momentum, no weight decay.",
+)
+_net = _runs[3]
+check(
+    _same(_net.fc_1, _after_one),
+    "sgd_train(net, x, [1, 2, 2], lr=0.1): fc_1 should move in step 1 only (as with branches "
+    "[1]), but it moved again in the steps that use branch 2. Its .grad still held the gradient "
+    "of step 1: clear gradients at the start of every step (net.zero_grad()).",
+)
+check(
+    not _same(_net.fc_2, [_p.detach() for _p in _start.fc_2.parameters()], _exact=True),
+    "sgd_train(net, x, [1, 2, 2], lr=0.1): fc_2 did not move, but steps 2 and 3 use branch 2. "
+    "Does the loop run over every entry of branches?",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
 _gen = torch.Generator().manual_seed(33)
-for _branches in ([2, 1, 1, 2, 1], [1, 1, 1], [2, 2, 1, 1, 2, 2]):
+for _branches, _lr, _rows in (
+    ([2, 1, 1, 2, 1], 0.05, 16),
+    ([1, 1, 1], 0.2, 5),
+    ([2, 2, 1, 1, 2, 2], 0.05, 16),
+    ([2], 0.3, 7),
+    ([], 0.05, 16),
+):
     _net = TwoBranch()
     with torch.no_grad():  # start from values drawn here, not from the global RNG
         for _p in _net.parameters():
             _p.copy_(torch.randn(_p.shape, generator=_gen))
-    _x = torch.rand(16, 4, generator=_gen)
-    sgd_train(_net, _x, _branches, lr=0.05)
+    _x = torch.rand(_rows, 4, generator=_gen)
+    sgd_train(_net, _x, _branches, lr=_lr)
     observe(
-        f"sgd_train(net, x, {_branches}, lr=0.05) on a TwoBranch net with random weights: "
-        "its parameters afterwards",
+        f"sgd_train(net, x, {_branches}, lr={_lr}) on a TwoBranch net with random weights and "
+        f"x of {_rows} rows: its parameters afterwards",
         {_name: _p.detach() for _name, _p in _net.named_parameters()},
         atol=1e-6,
-        hint="Clear the gradients at the start of every step (net.zero_grad()), and update only "
-        "the parameters whose .grad is not None: a layer moves only in the steps that use it.",
+        hint="One step per entry of branches (none for an empty list): clear the gradients at "
+        "the start of every step (net.zero_grad()), then p -= lr * p.grad for every parameter, "
+        "weights and biases, whose .grad is not None; a layer moves only in the steps that use it.",
     )
 ### END HIDDEN TESTS
 
@@ -646,77 +797,142 @@ def accumulated_grads(model, X, y, micro):
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_accumulated_grads"}
-def _big_batch(model, X, y):
-    model.zero_grad()
-    F.mse_loss(model(X), y).backward()
-    return [p.grad.clone() for p in model.parameters()]
+def _grads_of(model, loss):
+    """The gradient of `loss` for each parameter of `model`, leaving .grad alone."""
+    return list(torch.autograd.grad(loss, list(model.parameters())))
 
 
+def _close_all(got, want):
+    return all(torch.allclose(g, w, rtol=0, atol=1e-10) for g, w in zip(got, want, strict=True))
+
+
+check(
+    "accumulated_grads" in globals(),
+    "accumulated_grads is not defined: run the exercise cell above (it raised an error, or did "
+    "not run).",
+)
 torch.manual_seed(4)
 _model = nn.Linear(3, 2).double()
+_shapes = [_p.shape for _p in _model.parameters()]
 for _n, _micro in ((8, 2), (10, 4)):
     _X = torch.randn(_n, 3, dtype=torch.float64)
     _y = torch.randn(_n, 2, dtype=torch.float64)
-    _want = _big_batch(_model, _X, _y)
-    _got = accumulated_grads(_model, _X, _y, _micro)
+    _want = _grads_of(_model, F.mse_loss(_model(_X), _y))
+    _model.zero_grad()
+    _error = None
+    try:
+        _got = accumulated_grads(_model, _X, _y, _micro)
+    except NotImplementedError:
+        raise
+    except Exception as _e:  # any other error: say which call raised it
+        _error = _e
     check(
-        isinstance(_got, list) and len(_got) == len(_want),
-        "accumulated_grads should return a list with one gradient per parameter (weight, bias).",
+        _error is None,
+        f"accumulated_grads(model, X, y, micro={_micro}) with N={_n} rows, on an nn.Linear(3, 2), "
+        f"raised an error: {type(_error).__name__}: {str(_error)[:150]}",
+    )
+    check(
+        isinstance(_got, list) and [getattr(_g, "shape", None) for _g in _got] == _shapes,
+        f"accumulated_grads(model, X, y, micro={_micro}) on an nn.Linear(3, 2) should return a "
+        "list with one gradient tensor per parameter, shaped like it: [weight's, bias's].",
+    )
+    _kept = [_g.detach().clone() for _g in _got]
+    _model(_X).sum().backward()  # later code adds into every p.grad
+    check(
+        all(torch.equal(_g, _k) for _g, _k in zip(_got, _kept, strict=True)),
+        f"accumulated_grads(model, X, y, micro={_micro}): the list it returned changed when a "
+        "later backward() added into the model's .grad: return copies (p.grad.clone()), not the "
+        ".grad tensors themselves (nor p.grad.detach(), which shares their memory).",
     )
     _ratio = (_got[0].norm() / _want[0].norm()).item()
     _chunks = -(-_n // _micro)
     check(
         abs(_ratio - _chunks) > 1e-6,
-        f"N={_n}, micro={_micro}: your gradients are {_chunks} times too large. Each micro-batch loss "
-        "is a mean over its own rows: scale it by len(chunk) / len(X) before backward().",
+        f"accumulated_grads(model, X, y, micro={_micro}) with N={_n} rows: the gradients are "
+        f"{_chunks} times too large, one big-batch gradient per micro-batch. Each micro-batch "
+        "loss is a mean over its own rows: scale it by len(chunk) / len(X) before backward().",
     )
     check(
         abs(_ratio - _y.shape[1]) > 1e-6,
-        f"N={_n}, micro={_micro}: your gradients are {_y.shape[1]} times too large. F.mse_loss "
-        f"averages over every element of y (rows times its {_y.shape[1]} columns), so a sum divided "
-        "by the number of rows is too big: scale each micro-batch's mean loss by len(chunk) / len(X).",
+        f"accumulated_grads(model, X, y, micro={_micro}) with N={_n} rows: the gradients are "
+        f"{_y.shape[1]} times too large. F.mse_loss averages over every element of y (rows times "
+        f"its {_y.shape[1]} columns), so a sum divided by the number of rows is too big: scale "
+        "each micro-batch's mean loss by len(chunk) / len(X).",
+    )
+    if _n % _micro:
+        _model.zero_grad()
+        for _start in range(0, _n, _micro):
+            _Xc, _yc = _X[_start : _start + _micro], _y[_start : _start + _micro]
+            (F.mse_loss(_model(_Xc), _yc) / _chunks).backward()
+        _by_count = [_p.grad.clone() for _p in _model.parameters()]
+        check(
+            not _close_all(_got, _by_count),
+            f"accumulated_grads(model, X, y, micro={_micro}) with N={_n} rows: the last "
+            "micro-batch is smaller here, and its loss got the same weight as the others. Scale "
+            "each loss by len(chunk) / len(X), not by 1 / (number of micro-batches).",
+        )
+    _X_changed = _X.clone()
+    _X_changed[-1] += 1.0  # the last row belongs to the last micro-batch
+    _model.zero_grad()
+    _got_changed = accumulated_grads(_model, _X_changed, _y, _micro)
+    check(
+        not _close_all(_got_changed, _got),
+        f"accumulated_grads(model, X, y, micro={_micro}) with N={_n} rows: changing the last row "
+        "of X did not change the gradients, so the last micro-batch never reached backward(). "
+        "Loop over range(0, len(X), micro): it covers every row (the last chunk may be smaller).",
     )
     check(
-        all(torch.allclose(g, w, rtol=0, atol=1e-10) for g, w in zip(_got, _want, strict=True)),
-        f"N={_n}, micro={_micro}: the accumulated gradient differs from the big batch's "
-        f"(ratio of norms {_ratio:.4f}). "
-        + (
-            "The last micro-batch is smaller here: scale each loss by len(chunk) / len(X), not by "
-            "1 / (number of micro-batches)."
-            if _n % _micro
-            else "Clear the gradients first, and scale each loss by len(chunk) / len(X)."
-        ),
+        _close_all(_got, _want),
+        f"accumulated_grads(model, X, y, micro={_micro}) with N={_n} rows: the accumulated "
+        "gradients differ from the gradient of F.mse_loss(model(X), y). Call backward() once per "
+        "micro-batch of consecutive rows, on its F.mse_loss scaled by len(chunk) / len(X).",
+    )
+    _model(_X).sum().backward()  # .grad is not empty now
+    _again = accumulated_grads(_model, _X, _y, _micro)
+    check(
+        _close_all(_again, _want),
+        f"accumulated_grads(model, X, y, micro={_micro}) on a model whose .grad already holds "
+        "a gradient gave other gradients than on a clean one: clear the gradients first "
+        "(model.zero_grad()), or the old .grad is added in.",
     )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
 _gen = torch.Generator().manual_seed(34)
-for _n, _micro in ((7, 1), (9, 9), (13, 5), (16, 20)):
-    _model = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 1)).double()
+for _n, _micro, _outputs in (
+    (7, 1, 1),
+    (9, 9, 1),
+    (9, 8, 3),
+    (9, 10, 1),
+    (13, 5, 1),
+    (11, 10, 2),
+    (16, 20, 1),
+    (12, 4, 3),
+):
+    _model = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, _outputs)).double()
     with torch.no_grad():  # start from values drawn here, not from the global RNG
         for _p in _model.parameters():
             _p.copy_(torch.randn(_p.shape, dtype=torch.float64, generator=_gen))
     _X = torch.randn(_n, 4, dtype=torch.float64, generator=_gen)
-    _y = torch.randn(_n, 1, dtype=torch.float64, generator=_gen)
+    _y = torch.randn(_n, _outputs, dtype=torch.float64, generator=_gen)
     for _p in _model.parameters():
         _p.grad = torch.full_like(_p, 3.0)  # stale gradients must be cleared
     _got = accumulated_grads(_model, _X, _y, _micro)
-    _returned = [_g.detach().clone() for _g in _got]
-    _model(_X).sum().backward()  # a later backward() adds into every p.grad
     _names = [_name for _name, _ in _model.named_parameters()]
-    _record = {f"grad of {_pn}": _g for _pn, _g in zip(_names, _returned, strict=False)}
+    _record = {f"grad of {_pn}": _g.detach().clone() for _pn, _g in zip(_names, _got, strict=False)}
     _record["number of gradients"] = len(_got)
-    _record["unchanged by a later backward()"] = all(
-        torch.equal(_g, _r) for _g, _r in zip(_got, _returned, strict=True)
-    )
+    _model(_X).sum().backward()  # a later backward() adds into every p.grad
+    for _pn, _g in zip(_names, _got, strict=False):
+        _record[f"grad of {_pn}, read again after a later backward()"] = _g
     observe(
-        f"accumulated_grads(model, X, y, micro={_micro}) with N={_n} rows, on a 2-layer float64 "
-        "model that holds stale gradients",
+        f"accumulated_grads(model, X, y, micro={_micro}) with N={_n} rows and {_outputs} "
+        "output(s), on a 2-layer float64 model that holds stale gradients",
         _record,
         rtol=0,
         atol=1e-10,
-        hint="Clear the gradients first, scale each micro-batch's mean loss by len(chunk) / len(X) "
-        "(the last chunk may be smaller), and return copies (p.grad.clone()).",
+        hint="Clear the gradients first, call backward() on every micro-batch of consecutive "
+        "rows (the last may be smaller) with its mean loss scaled by len(chunk) / len(X), and "
+        "return copies (p.grad.clone()).",
     )
 ### END HIDDEN TESTS
 

@@ -106,50 +106,88 @@ def node_gradients(w1, w2, x):
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_node_gradients"}
+check(
+    "node_gradients" in globals(),
+    "node_gradients is not defined: run the exercise cell above (it raised an error, or did not "
+    "run).",
+)
 _w1 = torch.tensor(2.0, requires_grad=True)
 _w2 = torch.tensor(2.0, requires_grad=True)
 _x = torch.tensor(4.0, requires_grad=True)
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    _result = node_gradients(_w1, _w2, _x)
+_error = None
+try:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _result = node_gradients(_w1, _w2, _x)
+except NotImplementedError:
+    raise
+except Exception as _e:  # any other error: say which call raised it
+    _error = _e
+check(
+    _error is None,
+    "node_gradients(w1=2, w2=2, x=4) raised an error: "
+    f"{type(_error).__name__}: {str(_error)[:150]}. (retain_grad() works only on a tensor in "
+    "the graph: not on a detach()ed one.)",
+)
 check(
     isinstance(_result, tuple) and len(_result) == 2,
-    "node_gradients should return a tuple of two gradients (grad_first, grad_second).",
+    "node_gradients(w1=2, w2=2, x=4) should return a tuple of two gradients "
+    "(grad_first, grad_second).",
 )
 _g1, _g2 = _result
 check(
     _g1 is not None and _g2 is not None,
-    "One of the gradients is None: call retain_grad() on each y node before out.backward(). "
-    "Keep a second name on the first y before you reassign y, or you cannot reach it any more.",
+    "node_gradients(w1=2, w2=2, x=4): one of the gradients is None. Call retain_grad() on each "
+    "y node before out.backward(), and keep a second name on the first y (the tensor itself, "
+    "not a clone) before you reassign y, or you cannot reach it any more.",
 )
-check(_x.grad is not None, "x.grad is None: did you call out.backward() inside the function?")
+check(
+    _x.grad is not None,
+    "node_gradients(w1=2, w2=2, x=4): x.grad is None afterwards. Did you call out.backward() "
+    "inside the function (torch.autograd.grad does not fill .grad)?",
+)
 check(
     isinstance(_g1, torch.Tensor) and isinstance(_g2, torch.Tensor),
-    "node_gradients should return the two .grad tensors themselves, not numbers.",
+    "node_gradients(w1=2, w2=2, x=4) should return the two .grad tensors themselves, not numbers.",
+)
+check(
+    not (abs(_g2.item() - 64) < 1e-6 and abs(_x.grad.item() - 256) < 1e-6),
+    "node_gradients(w1=2, w2=2, x=4): every gradient is twice too large, as if out.backward() "
+    "ran twice (each call adds): call it exactly once.",
 )
 check(
     abs(_g2.item() - 32) < 1e-6,
-    f"The gradient of the second y should be 2 * y = 32, got {_g2.item()}.",
+    f"node_gradients(w1=2, w2=2, x=4): the gradient of the second y should be 2 * y = 32, got "
+    f"{_g2.item()}.",
 )
 check(
     abs(_g1.item() - 64) < 1e-6,
-    f"The gradient of the first y should be 2 * y * w2 = 64, got {_g1.item()}. If you got 32, "
-    "you returned the second node's gradient twice: after `y = w2 * y` the name y points to "
-    "the new node, not the first one.",
+    f"node_gradients(w1=2, w2=2, x=4): the gradient of the first y should be 2 * y * w2 = 64, "
+    f"got {_g1.item()}. If you got 32, you returned the second node's gradient twice: after "
+    "`y = w2 * y` the name y points to the new node, not the first one.",
+)
+check(
+    abs(_x.grad.item() - 128) < 1e-6,
+    f"node_gradients(w1=2, w2=2, x=4): x.grad should be 2 * y * w2 * w1 = 128 afterwards, got "
+    f"{_x.grad.item()}: compute y = w1 * x, then y = w2 * y, then out = y ** 2, and call "
+    "out.backward() once.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
 _gen = torch.Generator().manual_seed(4)
-for _case in range(1, 4):
+for _case in range(1, 5):
     _a, _b, _c = (torch.randn((), dtype=torch.float64, generator=_gen) for _ in range(3))
     _w1, _w2, _x = (t.clone().requires_grad_() for t in (_a, _b, _c))
+    if _case == 4:  # x a constant input: the gradients reach only w1 and w2
+        _x = _c.clone()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         _g1, _g2 = node_gradients(_w1, _w2, _x)
+    _input = "x a constant" if _case == 4 else "all three require grad"
     observe(
-        f"node_gradients(w1, w2, x) on random float64 scalars (case {_case} of 3): its two "
-        "gradients, and the gradients it left in w1, w2 and x",
+        f"node_gradients(w1, w2, x) on random float64 scalars, {_input} (case {_case} of 4): "
+        "its two gradients, and the gradients it left in w1, w2 and x",
         {
             "grad_first": _g1,
             "grad_second": _g2,
@@ -250,28 +288,43 @@ def broken(x):
 
 
 # %% nbgrader={"grade": true, "points": 1, "grade_id": "test_broken"}
+check(
+    "broken" in globals(),
+    "broken is not defined: run the exercise cell above (it raised an error, or did not run).",
+)
 _x = torch.tensor([-1.0, 0.0, 0.5, 2.0], requires_grad=True)
 _x_before = _x.detach().clone()
+_error = None
 try:
     _out = broken(_x)
 except NotImplementedError:
     raise
-except RuntimeError as _error:
-    _out = None
-    check(
-        False,
-        "broken(x) failed before backward(): it must run forward and fail only in backward(). "
-        f"PyTorch said: {str(_error)[:90]}... (change the output of torch.tanh, not the leaf x)",
-    )
+except Exception as _e:  # any other error: say which call raised it
+    _error = _e
+check(
+    _error is None,
+    "broken(x) on a vector x that requires grad failed before backward(): it must run forward "
+    f"and fail only in backward(). PyTorch said: {type(_error).__name__}: {str(_error)[:120]} "
+    "(change the output of torch.tanh in place, not the leaf x).",
+)
 check(
     isinstance(_out, torch.Tensor) and _out.dim() == 0,
-    "broken(x) should return a scalar tensor: did you sum?",
+    "broken(x) on a vector of 4 should return a scalar tensor: did you sum?",
 )
-check(torch.equal(_x.detach(), _x_before), "broken(x) changed x itself: leave the input alone.")
+check(
+    torch.equal(_x.detach(), _x_before),
+    "broken(x) changed x itself: leave the input alone.",
+)
 check(
     torch.allclose(_out.detach(), (3 * torch.tanh(_x_before)).sum()),
-    f"broken(x) should still compute sum(3 * tanh(x)) = {(3 * torch.tanh(_x_before)).sum():.4f}, "
-    f"got {_out.item():.4f}.",
+    f"broken(x) on a vector of 4 should still compute sum(3 * tanh(x)) = "
+    f"{(3 * torch.tanh(_x_before)).sum():.4f}, got {_out.item():.4f}.",
+)
+check(
+    _out.requires_grad,
+    "broken(x) returns a tensor that is not in the graph (requires_grad is False), so its "
+    "backward() cannot reach tanh at all: compute with recording on (no torch.no_grad(), no "
+    "detach()), and change the output of torch.tanh in place.",
 )
 _raised = None
 try:
@@ -281,19 +334,21 @@ except RuntimeError as _error:
 check(
     _raised is not None,
     "broken(x).backward() ran without error. The in-place change must hit a tensor that "
-    "autograd saved: tanh saves its *output*, so change the result of torch.tanh in place "
-    "(for example with mul_) instead of making a new tensor.",
+    "autograd saved, through autograd: tanh saves its *output*, so change the result of "
+    "torch.tanh in place (for example with mul_), not a copy of it and not its .data (which "
+    "autograd does not see).",
 )
 check(
     "modified by an inplace operation" in _raised,
-    f"backward() failed, but not with the version counter error. PyTorch said: {_raised[:120]}",
+    "broken(x).backward() failed, but not with the version counter error. PyTorch said: "
+    f"{_raised[:120]}",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
 _gen = torch.Generator().manual_seed(41)
-for _case in range(1, 4):
-    _x = torch.randn(7, dtype=torch.float64, requires_grad=True, generator=_gen)
+for _case, _shape in enumerate(((7,), (3, 4), (1,)), start=1):
+    _x = torch.randn(_shape, dtype=torch.float64, requires_grad=True, generator=_gen)
     _out = broken(_x)
     _requires_grad = _out.requires_grad
     _raised = None
@@ -301,17 +356,22 @@ for _case in range(1, 4):
         _out.backward()
     except RuntimeError as _error:
         _raised = str(_error)
+    _what = "no error"
+    if _raised is not None:
+        _inplace = "modified by an inplace operation" in _raised
+        _what = "the version counter error" if _inplace else "another error"
     observe(
-        f"broken(x) on a random float64 vector of 7 (case {_case} of 3), then backward()",
+        f"broken(x) on a random float64 tensor of shape {_shape} (case {_case} of 3), then "
+        "backward()",
         {
             "out": _out.detach(),
             "out.requires_grad": _requires_grad,
             "x after the call": _x.detach(),
-            "backward() raised the version counter error": _raised is not None
-            and "modified by an inplace operation" in _raised,
+            "what backward() raised": _what,
         },
-        hint="Compute sum(3 * tanh(x)) and change the output of torch.tanh in place (mul_), "
-        "neither x nor a new tensor, so that backward() finds a saved tensor modified.",
+        hint="Compute sum(3 * tanh(x)) over every element and change the output of torch.tanh "
+        "in place (mul_), neither x nor a new tensor, so that backward() finds a saved tensor "
+        "modified.",
     )
 ### END HIDDEN TESTS
 
@@ -325,24 +385,33 @@ def fixed(x):
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_fixed"}
+check(
+    "fixed" in globals(),
+    "fixed is not defined: run the exercise cell above (it raised an error, or did not run).",
+)
 _x = torch.tensor([-1.0, 0.0, 0.5, 2.0], requires_grad=True)
 _x_before = _x.detach().clone()
+_error = None
 try:
     _out = fixed(_x)
 except NotImplementedError:
     raise
-except RuntimeError as _error:
-    _out = None
-    check(False, f"fixed(x) raised an error in the forward pass. PyTorch said: {str(_error)[:120]}")
+except Exception as _e:  # any other error: say which call raised it
+    _error = _e
+check(
+    _error is None,
+    "fixed(x) on a vector x that requires grad raised an error in the forward pass. PyTorch "
+    f"said: {type(_error).__name__}: {str(_error)[:120]}",
+)
 check(
     isinstance(_out, torch.Tensor) and _out.dim() == 0,
-    "fixed(x) should return a scalar tensor: did you sum?",
+    "fixed(x) on a vector of 4 should return a scalar tensor: did you sum?",
 )
 check(torch.equal(_x.detach(), _x_before), "fixed(x) changed x itself: leave the input alone.")
 check(
     torch.allclose(_out.detach(), (3 * torch.tanh(_x_before)).sum()),
-    f"fixed(x) should compute sum(3 * tanh(x)) = {(3 * torch.tanh(_x_before)).sum():.4f}, "
-    f"got {_out.item():.4f}.",
+    f"fixed(x) on a vector of 4 should compute sum(3 * tanh(x)) = "
+    f"{(3 * torch.tanh(_x_before)).sum():.4f}, got {_out.item():.4f}.",
 )
 check(
     _out.requires_grad,
@@ -350,27 +419,39 @@ check(
     "torch.no_grad() or detach() hides the error by recording nothing, so there is no "
     "gradient at all. Make a new tensor instead of changing the saved one.",
 )
+_raised = None
 try:
     _out.backward()
 except RuntimeError as _error:
-    check(False, f"fixed(x).backward() still fails. PyTorch said: {str(_error)[:120]}")
+    _raised = str(_error)
+check(
+    _raised is None,
+    f"fixed(x).backward() still fails. PyTorch said: {str(_raised)[:120]}",
+)
 _expected = 3 * (1 - torch.tanh(_x_before) ** 2)
 check(
-    _x.grad is not None and torch.allclose(_x.grad, _expected, atol=1e-6),
-    f"x.grad should be 3 * (1 - tanh(x)**2) = {_expected}, got {_x.grad}.",
+    _x.grad is not None,
+    "after fixed(x).backward(), x.grad is None: the result is not connected to x through tanh "
+    "(a detach() somewhere, followed by requires_grad_()?).",
+)
+check(
+    torch.allclose(_x.grad, _expected, atol=1e-6),
+    f"after fixed(x).backward(), x.grad should be 3 * (1 - tanh(x)**2) = {_expected}, got "
+    f"{_x.grad}. The value is right, so part of the computation is hidden from autograd: a "
+    "change made through .data, or a detach(), is not recorded.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
 _gen = torch.Generator().manual_seed(42)
-for _case in range(1, 4):
-    _x = torch.randn(2, 5, dtype=torch.float64, requires_grad=True, generator=_gen)
+for _case, _shape in enumerate(((2, 5), (9,), (2, 3, 2)), start=1):
+    _x = torch.randn(_shape, dtype=torch.float64, requires_grad=True, generator=_gen)
     _out = fixed(_x)
     observe(
-        f"fixed(x) on a random float64 2x5 matrix (case {_case} of 3)",
+        f"fixed(x) on a random float64 tensor of shape {_shape} (case {_case} of 3)",
         {"out": _out.detach(), "out.requires_grad": _out.requires_grad},
-        hint="Compute sum(3 * tanh(x)) out of place (torch.tanh(x) * 3), with recording on: "
-        "no torch.no_grad() and no detach().",
+        hint="Compute sum(3 * tanh(x)) over every element, out of place (torch.tanh(x) * 3), "
+        "with recording on: no torch.no_grad() and no detach().",
     )
     _raised = False
     try:
@@ -439,35 +520,43 @@ def sgd_step(params, lr):
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_sgd_update"}
+check(
+    "sgd_step" in globals(),
+    "sgd_step is not defined: run the exercise cell above (it raised an error, or did not run).",
+)
 _w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
 _b = torch.tensor(0.5, requires_grad=True)
 (_w * torch.tensor([1.0, -1.0, 2.0])).sum().add(_b * 4).backward()
 _ids, _ptrs = (id(_w), id(_b)), (_w.data_ptr(), _b.data_ptr())
+_error = None
 try:
     sgd_step([_w, _b], 0.1)
 except NotImplementedError:
     raise
-except RuntimeError as _error:
-    check(
-        False,
-        "sgd_step raised an error. If PyTorch complains about 'a leaf Variable that requires "
-        "grad is being used in an in-place operation', do the update inside "
-        f"`with torch.no_grad():`. PyTorch said: {str(_error)[:100]}",
-    )
+except Exception as _e:  # any other error: say which call raised it
+    _error = _e
+check(
+    _error is None,
+    "sgd_step([w, b], lr=0.1) raised an error. If PyTorch complains about 'a leaf Variable that "
+    "requires grad is being used in an in-place operation', do the update inside "
+    f"`with torch.no_grad():`. PyTorch said: {type(_error).__name__}: {str(_error)[:100]}",
+)
 check(
     torch.allclose(_w.detach(), torch.tensor([0.9, 2.1, 2.8])) and abs(_b.item() - 0.1) < 1e-6,
-    f"After one step with lr = 0.1 expected w = [0.9, 2.1, 2.8] and b = 0.1, got "
-    f"w = {_w.detach()} and b = {_b.item():.4f}. If nothing changed, either `p = p - lr * p.grad` "
-    "only rebinds the loop variable to a new tensor (change p in place: p -= ..., or "
-    "p.sub_(...)), or the gradient was reset before the update used it.",
+    f"sgd_step([w, b], lr=0.1): expected w = [0.9, 2.1, 2.8] and b = 0.1 after the step, got "
+    f"w = {_w.detach()} and b = {_b.item():.4f}. Update every parameter of the list, in place "
+    "(p -= lr * p.grad, or p.sub_(...)): `p = p - lr * p.grad` only rebinds the loop variable, "
+    "and the update must use the gradient before it is reset.",
 )
 check(
     _w.is_leaf and _w.requires_grad and _b.is_leaf and _b.requires_grad,
-    "After the step the parameters should still be leaves that require a gradient.",
+    "sgd_step([w, b], lr=0.1): afterwards the parameters should still be leaves that require a "
+    "gradient (update them under torch.no_grad(), and do not detach them).",
 )
 check(
     (id(_w), id(_b)) == _ids and (_w.data_ptr(), _b.data_ptr()) == _ptrs,
-    "The parameters moved to new memory: update them in place so every holder sees the change.",
+    "sgd_step([w, b], lr=0.1): the parameters moved to new memory (p.data = ... swaps it): "
+    "update them in place so every holder sees the change.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -476,31 +565,34 @@ _gen = torch.Generator().manual_seed(43)
 _params = [
     torch.randn(4, 3, generator=_gen).requires_grad_(),
     torch.randn(3, generator=_gen).requires_grad_(),
+    torch.randn((), generator=_gen).requires_grad_(),
 ]
 _target = torch.randn(5, 3, generator=_gen)
 _inp = torch.randn(5, 4, generator=_gen)
-((_inp @ _params[0] + _params[1] - _target) ** 2).mean().backward()
+((_inp @ _params[0] + _params[1] * _params[2] - _target) ** 2).mean().backward()
 _ptrs = [_p.data_ptr() for _p in _params]
 _holders = [_p.detach() for _p in _params]  # other views of the same memory
 sgd_step(_params, 0.05)
-observe(
-    "sgd_step([W, b], lr=0.05) after backward() of a random least-squares loss: W (4x3) and "
-    "b (3) afterwards, and as seen through views taken before the step",
-    {
-        "W": _params[0].detach(),
-        "b": _params[1].detach(),
-        "W seen by an earlier view": _holders[0],
-        "b seen by an earlier view": _holders[1],
-    },
-    atol=1e-6,
-    hint="Subtract lr * p.grad from p in place (p -= ..., under torch.no_grad()), before "
-    "resetting the gradient; p = p - ... only rebinds the loop variable.",
+_names = ("W", "b", "s")
+_record = {_name: _p.detach() for _name, _p in zip(_names, _params, strict=True)}
+_record.update(
+    {f"{_name} seen by an earlier view": _h for _name, _h in zip(_names, _holders, strict=True)}
 )
 observe(
-    "sgd_step([W, b], lr=0.05): is each parameter still a leaf that requires grad, in its memory",
+    "sgd_step([W, b, s], lr=0.05) after backward() of a random least-squares loss: W (4x3), "
+    "b (3) and the scalar s afterwards, and as seen through views taken before the step",
+    _record,
+    atol=1e-6,
+    hint="Subtract lr * p.grad from every p of the list in place (p -= ..., under "
+    "torch.no_grad()), before resetting the gradient; p = p - ... only rebinds the loop "
+    "variable, and p.data = ... puts p in new memory.",
+)
+observe(
+    "sgd_step([W, b, s], lr=0.05): is each parameter still a leaf that requires grad, in its "
+    "memory",
     {
         f"{_name} {_fact}": _value
-        for _name, _p, _ptr in zip(("W", "b"), _params, _ptrs, strict=True)
+        for _name, _p, _ptr in zip(_names, _params, _ptrs, strict=True)
         for _fact, _value in (
             ("is_leaf", _p.is_leaf),
             ("requires_grad", _p.requires_grad),
@@ -510,41 +602,98 @@ observe(
     hint="Update the parameters in place inside `with torch.no_grad():`, so they stay leaves "
     "that require a gradient, in the same memory.",
 )
+_p2 = [torch.randn(2, 2, generator=_gen).requires_grad_(), torch.randn(2, generator=_gen)]
+_p2[1].requires_grad_()
+_grads = [torch.randn(2, 2, generator=_gen), torch.randn(2, generator=_gen)]
+for _p, _g in zip(_p2, _grads, strict=True):
+    _p.grad = _g.clone()
+sgd_step(_p2, 0.3)
+observe(
+    "sgd_step([A, c], lr=0.3) with random gradients set by hand: A (2x2) and c (2) afterwards",
+    {"A": _p2[0].detach(), "c": _p2[1].detach()},
+    atol=1e-6,
+    hint="p -= lr * p.grad for every parameter, with the lr that is passed in.",
+)
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "points": 1, "grade_id": "test_sgd_zero"}
+# The loss here is linear in the parameters, so its gradient does not depend on where the
+# update put them: this check is about resetting the gradients only.
+check(
+    "sgd_step" in globals(),
+    "sgd_step is not defined: run the exercise cell above (it raised an error, or did not run).",
+)
 _w = torch.tensor([1.0, 2.0], requires_grad=True)
-(_w * torch.tensor([3.0, -1.0])).sum().backward()
+_b = torch.tensor(-0.5, requires_grad=True)
+((_w * torch.tensor([3.0, -1.0])).sum() + _b * 2).backward()
+_error = None
 try:
-    sgd_step([_w], 0.1)
+    sgd_step([_w, _b], 0.1)
 except NotImplementedError:
     raise
-except RuntimeError as _error:
-    check(False, f"sgd_step raised an error (see the check above). PyTorch said: {_error}")
+except Exception as _e:  # any other error: say which call raised it
+    _error = _e
+check(
+    _error is None,
+    "sgd_step([w, b], lr=0.1) raised an error (see the check above). PyTorch said: "
+    f"{type(_error).__name__}: {str(_error)[:120]}",
+)
 check(
     _w.grad is None or torch.count_nonzero(_w.grad).item() == 0,
-    f"After sgd_step, w.grad should be zeros, got {_w.grad}: reset it (p.grad.zero_()) so the "
-    "next backward() does not add to the old gradient.",
+    f"sgd_step([w, b], lr=0.1): afterwards w.grad should be zeros (or None), got {_w.grad}. "
+    "Reset the gradient of every parameter of the list, inside the loop (p.grad.zero_(), with "
+    "the parentheses), so the next backward() does not add to it.",
+)
+check(
+    _b.grad is None or _b.grad.item() == 0,
+    f"sgd_step([w, b], lr=0.1): afterwards b.grad, the last parameter's, should be zero (or "
+    f"None), got {_b.grad}. Reset the gradient of every parameter of the list, inside the loop.",
+)
+((_w * torch.tensor([-2.0, 0.5])).sum() + _b * 3).backward()
+check(
+    torch.equal(_w.grad, torch.tensor([-2.0, 0.5])) and _b.grad.item() == 3.0,
+    f"after sgd_step and one more backward(), w.grad and b.grad should be the new loss's "
+    f"gradients [-2.0, 0.5] and 3.0, got {_w.grad} and {_b.grad}.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-# After each step, the next backward() must give the gradient of the new loss only.
+# Linear losses: each backward() gives its coefficients as the gradient, wherever the
+# parameters are, so these records depend on the resets only.
 _gen = torch.Generator().manual_seed(45)
-_w = torch.randn(3, requires_grad=True, generator=_gen)
-_c = torch.randn(3, generator=_gen)
-((_w - _c) ** 2 * _c).sum().backward()
+_params = [
+    torch.randn(3, generator=_gen).requires_grad_(),
+    torch.randn(2, 2, generator=_gen).requires_grad_(),
+    torch.randn((), generator=_gen).requires_grad_(),
+]
+_names = ("u", "M", "s")
 for _step in range(1, 4):
-    sgd_step([_w], 0.2)
-    ((_w - _c) ** 2 * _c).sum().backward()
+    _coefs = [torch.randn(_p.shape, generator=_gen) for _p in _params]
+    sum((_p * _c).sum() for _p, _c in zip(_params, _coefs, strict=True)).backward()
+    sgd_step(_params, 0.2)
+    _after_step = {
+        f"{_name}.grad right after the step (None counts as zeros)": torch.zeros_like(_p)
+        if _p.grad is None
+        else _p.grad.detach().clone()
+        for _name, _p in zip(_names, _params, strict=True)
+    }
+    _coefs = [torch.randn(_p.shape, generator=_gen) for _p in _params]
+    sum((_p * _c).sum() for _p, _c in zip(_params, _coefs, strict=True)).backward()
+    _after_backward = {
+        f"{_name}.grad after the next backward()": _p.grad
+        for _name, _p in zip(_names, _params, strict=True)
+    }
     observe(
-        f"sgd_step([w], lr=0.2) on ((w - c)**2 * c).sum() with random w and c: w after step "
-        f"{_step}, and w.grad after the next backward()",
-        {"w": _w.detach(), "w.grad": _w.grad},
+        f"sgd_step([u, M, s], lr=0.2), step {_step}, with linear losses of random "
+        "coefficients: the gradients right after the step, and after the next backward()",
+        {**_after_step, **_after_backward},
         atol=1e-6,
-        hint="Reset p.grad after the update (p.grad.zero_(), or p.grad = None), or the next "
-        "backward() adds the new gradient to the old one.",
+        hint="Reset the gradient of every parameter of the list after its update "
+        "(p.grad.zero_(), or p.grad = None), or the next backward() adds the new gradient to "
+        "the old one.",
     )
+    for _p in _params:
+        _p.grad = None  # each step starts from its own backward()
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -696,48 +845,88 @@ def bootstrap_loss(w, s, r, s_next, gamma):
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_bootstrap_loss"}
+check(
+    "bootstrap_loss" in globals(),
+    "bootstrap_loss is not defined: run the exercise cell above (it raised an error, or did not "
+    "run).",
+)
 _w = torch.tensor([0.5, -1.0, 2.0], requires_grad=True)
 _s = torch.tensor([1.0, 2.0, 0.5])
 _s_next = torch.tensor([0.0, 1.0, 2.0])
-_loss = bootstrap_loss(_w, _s, 1.0, _s_next, 0.5)
+_w_before = _w.detach().clone()
+_error = None
+try:
+    _loss = bootstrap_loss(_w, _s, 1.0, _s_next, 0.5)
+except NotImplementedError:
+    raise
+except Exception as _e:  # any other error: say which call raised it
+    _error = _e
+check(
+    _error is None,
+    "bootstrap_loss(w, s, r=1.0, s_next, gamma=0.5) on the 3-vectors above raised an error: "
+    f"{type(_error).__name__}: {str(_error)[:150]}",
+)
 _pred, _target = -0.5, 1.0 + 0.5 * 3.0
 check(
     isinstance(_loss, torch.Tensor) and _loss.dim() == 0,
-    "bootstrap_loss should return a scalar tensor.",
+    "bootstrap_loss(w, s, r=1.0, s_next, gamma=0.5) should return a scalar tensor (0-d: sum the "
+    "products, or use torch.dot).",
 )
 check(
     abs(_loss.item() - (_pred - _target) ** 2) < 1e-5,
-    f"Expected loss (v(s) - target)**2 = {(_pred - _target) ** 2}, got {_loss.item():.4f}.",
+    "bootstrap_loss(w, s, r=1.0, s_next, gamma=0.5): the loss (v(s) - target)**2 should be "
+    f"{(_pred - _target) ** 2}, got {_loss.item():.4f}, with v(s) = w . s = {_pred} and "
+    f"target = r + gamma * w . s_next = {_target}.",
+)
+check(
+    _w.requires_grad and torch.equal(_w.detach(), _w_before),
+    "bootstrap_loss changed w itself (its values, or its requires_grad: w.detach_() and "
+    "w.requires_grad_(False) detach the parameter in place). Use w.detach(), which makes a new "
+    "tensor and leaves w alone.",
 )
 check(
     _loss.requires_grad,
-    "The loss does not require a gradient: detach only the target, not the prediction.",
+    "bootstrap_loss(...) does not require a gradient: detach only the target, not the "
+    "prediction or the whole loss.",
 )
 _loss.backward()
+check(
+    _w.grad is not None,
+    "after bootstrap_loss(...).backward(), w.grad is None: the prediction w . s must be "
+    "computed from w itself, so that the gradient reaches it.",
+)
 _only_pred = 2 * (_pred - _target) * _s
 _through_both = 2 * (_pred - _target) * (_s - 0.5 * _s_next)
+_only_target = 2 * (_pred - _target) * (-0.5 * _s_next)
 check(
     not torch.allclose(_w.grad, _through_both),
-    f"w.grad = {_w.grad} also contains the gradient through the target (gamma * w . s_next). "
-    "Detach the target's use of w so the target is a constant for this step.",
+    f"after bootstrap_loss(...).backward(), w.grad = {_w.grad} also contains the gradient "
+    "through the target (gamma * w . s_next). Detach the target's use of w so the target is a "
+    "constant for this step.",
+)
+check(
+    not torch.allclose(_w.grad, _only_target),
+    f"after bootstrap_loss(...).backward(), w.grad = {_w.grad} flows through the target only: "
+    "you detached the prediction instead of the target.",
 )
 check(
     torch.allclose(_w.grad, _only_pred),
-    f"w.grad should be 2 * (v(s) - target) * s = {_only_pred}, got {_w.grad}.",
+    f"after bootstrap_loss(...).backward(), w.grad should be 2 * (v(s) - target) * s = "
+    f"{_only_pred}, got {_w.grad}.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
 _gen = torch.Generator().manual_seed(44)
-for _case, _gamma in enumerate((0.9, 0.5, 0.99), start=1):
-    _w = torch.randn(5, dtype=torch.float64, requires_grad=True, generator=_gen)
-    _s = torch.randn(5, dtype=torch.float64, generator=_gen)
-    _s_next = torch.randn(5, dtype=torch.float64, generator=_gen)
+for _case, (_gamma, _n) in enumerate(((0.9, 5), (0.5, 1), (0.99, 9), (0.0, 4), (1.0, 6)), 1):
+    _w = torch.randn(_n, dtype=torch.float64, requires_grad=True, generator=_gen)
+    _s = torch.randn(_n, dtype=torch.float64, generator=_gen)
+    _s_next = torch.randn(_n, dtype=torch.float64, generator=_gen)
     _r = torch.randn((), generator=_gen).item()
     _loss = bootstrap_loss(_w, _s, _r, _s_next, _gamma)
     observe(
-        f"bootstrap_loss(w, s, r, s_next, gamma={_gamma}) on random float64 vectors of 5 "
-        f"(case {_case} of 3)",
+        f"bootstrap_loss(w, s, r, s_next, gamma={_gamma}) on random float64 vectors of {_n} "
+        f"(case {_case} of 5)",
         {"loss": _loss.detach(), "loss.requires_grad": _loss.requires_grad},
         hint="Return (w . s - (r + gamma * w . s_next)) ** 2 as a scalar tensor; detach only "
         "the target, so that the loss still requires a gradient.",
@@ -745,9 +934,10 @@ for _case, _gamma in enumerate((0.9, 0.5, 0.99), start=1):
     _loss.backward()
     observe(
         f"bootstrap_loss(...).backward() in case {_case}: what it left in w",
-        {"w.grad": _w.grad, "w": _w.detach()},
+        {"w.grad": _w.grad, "w": _w.detach(), "w.requires_grad": _w.requires_grad},
         hint="The gradient must flow through the prediction w . s only: use w.detach() in the "
-        "target (not in the prediction), and leave w itself unchanged.",
+        "target (not in the prediction, and not w.detach_(), which detaches w itself), and "
+        "leave w unchanged.",
     )
 ### END HIDDEN TESTS
 
