@@ -254,10 +254,16 @@ def hidden_lines(source: str, begin: str = BEGIN, end: str = END) -> set[int]:
     return hidden
 
 
+CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+
+
 def failing_line(traceback: list) -> int | None:
-    """The line of the test cell itself where the error was raised (its first cell frame)."""
-    for frame in traceback if isinstance(traceback, list) else []:
-        match = CELL_LINE.search(ANSI.sub("", str(frame)))
+    """The line of the test cell itself where the error was raised: the first cell frame of
+    the last exception (a check that raises while handling another comes last)."""
+    frames = [ANSI.sub("", str(frame)) for frame in traceback] if isinstance(traceback, list) else []
+    last = max((i for i, f in enumerate(frames) if any(c in f for c in CHAINED)), default=-1)
+    for frame in frames[last + 1 :]:
+        match = CELL_LINE.search(frame)
         if match:
             return int(match.group(1))
     return None

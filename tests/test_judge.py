@@ -184,3 +184,17 @@ def test_the_reference_is_made_again_when_the_recorder_changes(tmp_path, monkeyp
     (kernel / "grader_observe.py").write_text("# version 2\n")
     judge.cached_reference(solution, cache)
     assert len(runs) == 2
+
+
+def test_a_check_raised_while_handling_another_error_is_found_on_its_own_line():
+    traceback = [
+        "Cell In[7], line 4",
+        "ValueError: from the student's code",
+        "During handling of the above exception, another exception occurred:",
+        "Cell In[7], line 5",
+        "Cell In[2], line 40, in check",
+    ]
+    from graders.judge import failing_line
+
+    assert failing_line(traceback) == 5
+    assert failing_line(traceback[:2]) == 4
