@@ -260,7 +260,8 @@ CHAINED = ("During handling of the above exception", "The above exception was th
 def failing_line(traceback: list) -> int | None:
     """The line of the test cell itself where the error was raised: the first cell frame of
     the last exception (a check that raises while handling another comes last)."""
-    frames = [ANSI.sub("", str(frame)) for frame in traceback] if isinstance(traceback, list) else []
+    traceback = traceback if isinstance(traceback, list) else []
+    frames = [ANSI.sub("", str(frame)) for frame in traceback]
     last = max((i for i, f in enumerate(frames) if any(c in f for c in CHAINED)), default=-1)
     for frame in frames[last + 1 :]:
         match = CELL_LINE.search(frame)
