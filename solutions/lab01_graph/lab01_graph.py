@@ -22,7 +22,7 @@
 # 2. walk the graph by hand through `grad_fn` and `next_functions`, then write a function
 #    that walks it for you;
 # 3. predict which tensors are tracked (`requires_grad`, `is_leaf`, `grad_fn`) before
-#    PyTorch tells you;
+#    PyTorch tells you, then write the rules down as a function;
 # 4. find, from the graph alone, which tensors will receive a gradient.
 #
 # **How this lab works.** Cells marked *exercise* are yours: replace
@@ -346,6 +346,10 @@ def _graph_record(result, made_by, leaves):
 
 
 ### END HIDDEN TESTS
+check(
+    callable(globals().get("walk")),
+    "walk is not defined: run the exercise 1 cell above (did it stop with an error?).",
+)
 # The recurrent cell: no tensor is used twice, so the graph is a tree.
 _s = out.grad_fn
 _tanh = _s.next_functions[0][0]
@@ -361,10 +365,24 @@ _expected_edges = [
     (_mm_x, _acc_x),
     (_mm_h, _acc_h),
 ]
-_problems = _graph_problems(walk(out), out, _expected_nodes, _expected_edges)
-check(not _problems, "walk(out) for the recurrent cell: " + " ".join(_problems))
+try:
+    _walked = walk(out)
+except NotImplementedError:
+    raise
+except Exception as _error:
+    check(False, f"walk(out) stopped with {type(_error).__name__}: {_error}")
+_problems = _graph_problems(_walked, out, _expected_nodes, _expected_edges)
+check(not _problems, f"walk(out) is not the recurrent cell's graph: {' '.join(_problems)}")
+try:
+    _walked = walk(Wh)
+except Exception as _error:
+    check(
+        False,
+        f"walk(Wh) stopped with {type(_error).__name__}: {_error}. Wh is a leaf: its grad_fn is "
+        "None, so there is no graph to walk; return ([], []).",
+    )
 check(
-    walk(Wh) == ([], []),
+    _walked == ([], []),
     "walk(Wh) should be ([], []): Wh is a leaf, its grad_fn is None, there is no graph behind it.",
 )
 ### BEGIN HIDDEN TESTS
@@ -410,14 +428,24 @@ observe(
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_walk_shared"}
+check(
+    callable(globals().get("walk")),
+    "walk is not defined: run the exercise 1 cell above (did it stop with an error?).",
+)
 # A leaf used twice (a * a) and an intermediate tensor used by two branches (sin and cos).
 _sq = (a * a).sum()
 _sum, _mul = _sq.grad_fn, _sq.grad_fn.next_functions[0][0]
 _acc = _mul.next_functions[0][0]
+try:
+    _walked = walk(_sq)
+except NotImplementedError:
+    raise
+except Exception as _error:
+    check(False, f"walk((a * a).sum()) stopped with {type(_error).__name__}: {_error}")
 _problems = _graph_problems(
-    walk(_sq), _sq, [_sum, _mul, _acc], [(_sum, _mul), (_mul, _acc), (_mul, _acc)]
+    _walked, _sq, [_sum, _mul, _acc], [(_sum, _mul), (_mul, _acc), (_mul, _acc)]
 )
-check(not _problems, "walk((a * a).sum()): " + " ".join(_problems))
+check(not _problems, f"walk((a * a).sum()) is not its graph: {' '.join(_problems)}")
 
 _u = Wx @ x
 _out2 = (_u.sin() + _u.cos()).sum()
@@ -428,8 +456,14 @@ _mm = _sin.next_functions[0][0]
 _acc = _mm.next_functions[0][0]
 _expected_nodes = [_s, _add, _sin, _cos, _mm, _acc]
 _expected_edges = [(_s, _add), (_add, _sin), (_add, _cos), (_sin, _mm), (_cos, _mm), (_mm, _acc)]
-_problems = _graph_problems(walk(_out2), _out2, _expected_nodes, _expected_edges)
-check(not _problems, "walk((u.sin() + u.cos()).sum()): " + " ".join(_problems))
+try:
+    _walked = walk(_out2)
+except NotImplementedError:
+    raise
+except Exception as _error:
+    check(False, f"walk((u.sin() + u.cos()).sum()) stopped with {type(_error).__name__}: {_error}")
+_problems = _graph_problems(_walked, _out2, _expected_nodes, _expected_edges)
+check(not _problems, f"walk((u.sin() + u.cos()).sum()) is not its graph: {' '.join(_problems)}")
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
@@ -504,7 +538,9 @@ observe(
 # * a result nobody needs a gradient for is not recorded at all: it is again a leaf with
 #   `grad_fn = None`;
 # * two ways to switch recording off: inside `with torch.no_grad():` nothing is recorded,
-#   and `t.detach()` gives a tensor that shares `t`'s data but is cut off from the graph.
+#   and `t.detach()` gives a tensor that shares `t`'s data but is cut off from the graph;
+# * `t.requires_grad_()` switches `requires_grad` on for a leaf `t`, in place, and changes
+#   nothing else about it.
 #
 # ### Exercise 2 (2 points): predict, then run
 #
@@ -515,7 +551,9 @@ observe(
 # one element is a *select*, and a sum is `SumBackward0`.
 #
 # Fill in the dictionary `predictions` with one entry per expression. The check tells you
-# which ones PyTorch disagrees with; then run the cell after it to see the whole table.
+# which expressions, and which of the three properties, PyTorch disagrees with; it does not
+# tell you the answers. Then `show(...)` (defined below) lets you run one expression and
+# see for yourself.
 
 # %% nbgrader={"locked": true, "grade_id": "expressions"}
 a = torch.randn(3, requires_grad=True)
@@ -541,6 +579,22 @@ EXPRESSIONS = {
     "(a * 2).detach().requires_grad_()": lambda: (a * 2).detach().requires_grad_(),
     "torch.tanh(b) + a": lambda: torch.tanh(b) + a,
 }
+
+
+def properties(t):
+    """What PyTorch says about a tensor: (requires_grad, is_leaf, name of grad_fn or None)."""
+    return t.requires_grad, t.is_leaf, None if t.grad_fn is None else type(t.grad_fn).__name__
+
+
+def show(expression):
+    """Print the three properties of one of the EXPRESSIONS (by its text), or of a tensor."""
+    if isinstance(expression, str):
+        requires_grad, is_leaf, grad_fn = properties(EXPRESSIONS[expression]())
+    else:
+        requires_grad, is_leaf, grad_fn = properties(expression)
+    print(f"requires_grad={requires_grad}, is_leaf={is_leaf}, grad_fn={grad_fn}")
+
+
 for _expression in EXPRESSIONS:
     print(_expression)
 
@@ -564,17 +618,24 @@ predictions = {
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_predictions"}
-def _actual(expression):
-    t = EXPRESSIONS[expression]()
-    return t.requires_grad, t.is_leaf, None if t.grad_fn is None else type(t.grad_fn).__name__
-
-
 def _same_name(predicted, actual):
+    """Two node names agree when they differ only by the number at the end (or are None)."""
     if predicted is None or actual is None:
         return predicted is None and actual is None
-    return isinstance(predicted, str) and predicted.rstrip("0123456789") == actual.rstrip(
-        "0123456789"
-    )
+    strip = "0123456789"
+    return isinstance(predicted, str) and predicted.rstrip(strip) == actual.rstrip(strip)
+
+
+def _disagreements(predicted, actual):
+    """The names of the properties on which a triple disagrees with PyTorch's (no values)."""
+    names = []
+    if predicted[0] != actual[0]:
+        names.append("requires_grad")
+    if predicted[1] != actual[1]:
+        names.append("is_leaf")
+    if not _same_name(predicted[2], actual[2]):
+        names.append("grad_fn")
+    return names
 
 
 check(
@@ -589,40 +650,38 @@ _missing = [e for e in EXPRESSIONS if e not in predictions]
 check(
     not _missing, f"predictions has no entry for: {_missing}. Copy each expression string exactly."
 )
-_wrong = []
 for _expression in EXPRESSIONS:
     _p = predictions[_expression]
     check(
         isinstance(_p, tuple | list) and len(_p) == 3,
-        f"predictions[{_expression!r}] should be a triple (requires_grad, is_leaf, grad_fn), got {_p!r}.",
+        f"predictions[{_expression!r}] should be a triple (requires_grad, is_leaf, grad_fn), "
+        f"not {_p!r}.",
     )
     check(
         isinstance(_p[0], bool) and isinstance(_p[1], bool),
-        f"predictions[{_expression!r}]: requires_grad and is_leaf should be True or False"
-        f" (not {_p[0]!r} and {_p[1]!r}).",
+        f"predictions[{_expression!r}]: requires_grad and is_leaf should be True or False "
+        f"(not {_p[0]!r} and {_p[1]!r}).",
+    )
+    check(
+        _p[2] != "None",
+        f'predictions[{_expression!r}]: grad_fn is the text "None"; write None without quotes.',
     )
     check(
         _p[2] is None or isinstance(_p[2], str),
-        f"predictions[{_expression!r}]: grad_fn should be a node's name as a string, such as"
-        f' "MulBackward0", or None; got {_p[2]!r}.',
+        f"predictions[{_expression!r}]: grad_fn should be a node's name as a string, such as "
+        f'"MulBackward0", or None (not {_p[2]!r}).',
     )
-    _rg, _leaf, _fn = _actual(_expression)
-    _diff = []
-    if _p[0] != _rg:
-        _diff.append(f"requires_grad is {_rg}, not {_p[0]}")
-    if _p[1] != _leaf:
-        _diff.append(f"is_leaf is {_leaf}, not {_p[1]}")
-    if not _same_name(_p[2], _fn):
-        _hint = " (write None without quotes)" if _p[2] == "None" else ""
-        _diff.append(f"grad_fn is {_fn!r}, not {_p[2]!r}{_hint}")
-    if _diff:
-        _wrong.append(f"{_expression}: " + ", ".join(_diff))
+_wrong = [
+    f"'{_expression}' ({' and '.join(_props)})"
+    for _expression in EXPRESSIONS
+    if (_props := _disagreements(predictions[_expression], properties(EXPRESSIONS[_expression]())))
+]
 check(
     not _wrong,
-    f"{len(_wrong)} of {len(EXPRESSIONS)} predictions disagree with PyTorch, which says: "
-    + "; ".join(_wrong)
-    + ". Re-read the rules above: an op result is tracked only if an input requires a gradient "
-    "and recording is on.",
+    f"{len(_wrong)} of {len(EXPRESSIONS)} predictions disagree with PyTorch; the expression and "
+    f"the property that disagrees: {'; '.join(_wrong)}. Re-read the rules above (an operation's "
+    "result is tracked only if an input requires a gradient and recording is on), then run "
+    "show(expression) on these to see why.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -631,13 +690,13 @@ from grader_observe import observe
 observe(
     "your predictions (requires_grad, is_leaf, grad_fn) for each expression",
     {
-        _expression: [
-            predictions[_expression][0],
-            predictions[_expression][1],
-            predictions[_expression][2].rstrip("0123456789")
+        _expression: {
+            "requires_grad": predictions[_expression][0],
+            "is_leaf": predictions[_expression][1],
+            "grad_fn": predictions[_expression][2].rstrip("0123456789")
             if isinstance(predictions[_expression][2], str)
             else predictions[_expression][2],
-        ]
+        }
         for _expression in EXPRESSIONS
     },
     hint="An operation's result is tracked only if an input requires a gradient and recording "
@@ -645,19 +704,182 @@ observe(
 )
 ### END HIDDEN TESTS
 
+# %% [markdown]
+# For an expression the check named, think again about which rule applies, then run it
+# with `show("...")`, its text in quotes. `show` also takes a tensor; here is one that is in
+# no table above:
+
 # %%
-print(f"{'expression':<36} {'requires_grad':<14} {'is_leaf':<8} grad_fn")
-for _expression in EXPRESSIONS:
-    _t = EXPRESSIONS[_expression]()
-    _fn = None if _t.grad_fn is None else type(_t.grad_fn).__name__
-    print(f"{_expression:<36} {_t.requires_grad!s:<14} {_t.is_leaf!s:<8} {_fn}")
+show(torch.exp(b) * a.sum())
 
 # %% [markdown]
-# Two rows deserve a second look. `torch.ones(3) + 1` and `b * 2` are leaves even though
-# they were *computed*: nothing in them needs a gradient, so nothing was recorded, and a
-# tensor with no history is a leaf. And `(a * 2).detach().requires_grad_()` is a leaf that
-# requires a gradient, like a fresh parameter: `detach()` cut its history, so a gradient
-# computed through it stops there and never reaches `a`.
+# ### Exercise 3 (2 points): the rules as code
+#
+# A table of twelve answers can be filled in by running the twelve expressions. The rules
+# themselves are better written down as a function. Write `predict(expression,
+# requires_grad)` that returns the triple `(requires_grad, is_leaf, grad_fn)` of the tensor
+# an expression gives, **worked out from the rules alone**, without building any tensor:
+# the hidden checks try it on expressions and tensors you have not seen.
+#
+# An expression is written as nested tuples:
+#
+# * a string, such as `"a"`, names a tensor you created yourself; `requires_grad[name]` is
+#   `True` when you created it with `requires_grad=True`;
+# * a number, such as `2`, is a plain Python number: not a tensor, it never requires a
+#   gradient;
+# * a tuple `(op, arg, ...)` applies an operation to its arguments, each an expression:
+#   * the operations of `NODE_NAMES` (below) compute a result; when PyTorch records one,
+#     the name of its node is `NODE_NAMES[op]`;
+#   * `("detach", e)` is `e.detach()`;
+#   * `("requires_grad_", e)` is `e.requires_grad_()`, applied to leaves only;
+#   * `("no_grad", e)` is `e` computed inside `with torch.no_grad():`, all of it.
+#
+# `EXPRESSION_TREES` writes the twelve expressions of exercise 2 this way, for instance
+# `"a.detach() * 2"` as `("mul", ("detach", "a"), 2)`. A function that calls itself on each
+# argument is the natural shape; the optional third parameter `recording` can carry
+# whether recording is on down to the arguments.
+
+# %% nbgrader={"locked": true, "grade_id": "expression_trees"}
+NODE_NAMES = {
+    "add": "AddBackward0",  # x + y
+    "sub": "SubBackward0",  # x - y
+    "mul": "MulBackward0",  # x * y
+    "sum": "SumBackward0",  # x.sum()
+    "select": "SelectBackward0",  # x[0]
+    "tanh": "TanhBackward0",  # torch.tanh(x)
+    "exp": "ExpBackward0",  # torch.exp(x)
+}
+GIVEN = {"a": True, "b": False, "ones": False}  # which named tensors require a gradient
+EXPRESSION_TREES = {
+    "a": "a",
+    "b": "b",
+    "a * b": ("mul", "a", "b"),
+    "b * 2": ("mul", "b", 2),
+    "torch.ones(3) + 1": ("add", "ones", 1),
+    "a.sum()": ("sum", "a"),
+    "a[0]": ("select", "a"),
+    "a.detach()": ("detach", "a"),
+    "a.detach() * 2": ("mul", ("detach", "a"), 2),
+    "with torch.no_grad(): a * 2": ("no_grad", ("mul", "a", 2)),
+    "(a * 2).detach().requires_grad_()": ("requires_grad_", ("detach", ("mul", "a", 2))),
+    "torch.tanh(b) + a": ("add", ("tanh", "b"), "a"),
+}
+
+
+# %% nbgrader={"solution": true, "grade_id": "predict"}
+def predict(expression, requires_grad, recording=True):
+    ### BEGIN SOLUTION
+    if isinstance(expression, str):
+        return requires_grad[expression], True, None
+    op, *args = expression
+    if op == "no_grad":
+        return predict(args[0], requires_grad, recording=False)
+    if op == "detach":
+        return False, True, None
+    if op == "requires_grad_":
+        _requires, is_leaf, node = predict(args[0], requires_grad, recording)
+        return True, is_leaf, node
+    tensors = [arg for arg in args if not isinstance(arg, int | float)]
+    tracked = recording and any(predict(arg, requires_grad, recording)[0] for arg in tensors)
+    return tracked, not tracked, NODE_NAMES[op] if tracked else None
+    ### END SOLUTION
+
+
+# %%
+print(predict(("mul", "a", "b"), GIVEN))
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_predict"}
+check(
+    callable(globals().get("predict")),
+    "predict is not defined: run the exercise 3 cell above (did it stop with an error?).",
+)
+_wrong = []
+for _expression, _tree in EXPRESSION_TREES.items():
+    try:
+        _got = predict(_tree, GIVEN)
+    except NotImplementedError:
+        raise
+    except Exception as _error:
+        check(
+            False,
+            f"predict(EXPRESSION_TREES[{_expression!r}], GIVEN) stopped with "
+            f"{type(_error).__name__}: {_error}. (Try predict on that expression yourself to see where.)",
+        )
+    check(
+        isinstance(_got, tuple | list) and len(_got) == 3,
+        f"predict(EXPRESSION_TREES[{_expression!r}], GIVEN) should return a triple "
+        f"(requires_grad, is_leaf, grad_fn), not {_got!r}.",
+    )
+    check(
+        isinstance(_got[0], bool) and isinstance(_got[1], bool) and _got[2] != "None",
+        f"predict(EXPRESSION_TREES[{_expression!r}], GIVEN) should give requires_grad and is_leaf "
+        f"as True or False, and grad_fn as a name or None (without quotes), not {_got!r}.",
+    )
+    _props = _disagreements(_got, properties(EXPRESSIONS[_expression]()))
+    if _props:
+        _wrong.append(f"'{_expression}' ({' and '.join(_props)})")
+check(
+    not _wrong,
+    f"predict disagrees with PyTorch on {len(_wrong)} of the {len(EXPRESSION_TREES)} expressions "
+    f"of exercise 2; the expression and the property that disagrees: {'; '.join(_wrong)}. Which "
+    "rule does each one need: an input that requires a gradient, recording switched off, a cut "
+    "with detach(), or a leaf switched on with requires_grad_()?",
+)
+### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+
+def _predicted(expression, given):
+    """predict's answer as named parts, the node name without its trailing digits."""
+    got = predict(expression, given)
+    if not (isinstance(got, tuple | list) and len(got) == 3):
+        return {"returned": type(got).__name__}
+    node = got[2].rstrip("0123456789") if isinstance(got[2], str) else got[2]
+    return {"requires_grad": got[0], "is_leaf": got[1], "grad_fn": node}
+
+
+# new names, and each of them both with and without a gradient
+_hidden_trees = {
+    "with torch.no_grad(): v": ("no_grad", "v"),
+    "(with torch.no_grad(): v * 2) * w": ("mul", ("no_grad", ("mul", "v", 2)), "w"),
+    "(with torch.no_grad(): v.exp()) + u": ("add", ("no_grad", ("exp", "v")), "u"),
+    "v.tanh().detach().requires_grad_().sum()": (
+        "sum",
+        ("requires_grad_", ("detach", ("tanh", "v"))),
+    ),
+    "with torch.no_grad(): (u - 1).requires_grad_()": (
+        "no_grad",
+        ("requires_grad_", ("sub", "u", 1)),
+    ),
+    "(w.detach() - u.exp())[0]": ("select", ("sub", ("detach", "w"), ("exp", "u"))),
+    "torch.tanh(3 * (u + w))": ("tanh", ("mul", 3, ("add", "u", "w"))),
+    "v.detach().exp()": ("exp", ("detach", "v")),
+    "u * w - v": ("sub", ("mul", "u", "w"), "v"),
+    "(u + 2).sum() * v[0]": ("mul", ("sum", ("add", "u", 2)), ("select", "v")),
+}
+_hint = (
+    "Apply the rules to each argument first: a result is tracked only if recording is on and "
+    "an argument requires a gradient; no_grad covers everything inside it; detach() cuts; "
+    "requires_grad_() switches a leaf on."
+)
+for _given, _words in (
+    ({"u": False, "v": True, "w": True}, "u needs no gradient, v and w do"),
+    ({"u": True, "v": False, "w": False}, "u needs a gradient, v and w do not"),
+):
+    observe(
+        f"predict(expression, requires_grad) on new expressions where {_words}",
+        {_text: _predicted(_tree, _given) for _text, _tree in _hidden_trees.items()},
+        hint=_hint,
+    )
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Two kinds of answer deserve a second look. A tensor can be *computed* and still be a
+# leaf: when nothing in a computation needs a gradient, nothing is recorded, and a tensor
+# with no history is a leaf. And a leaf that requires a gradient need not be a parameter you
+# created: `t.detach().requires_grad_()` makes one from any tensor, with no history behind
+# it, so a gradient computed through it stops there and never reaches what `t` came from.
 #
 # ## 4. Which tensors will get a gradient?
 #
@@ -666,11 +888,12 @@ for _expression in EXPRESSIONS:
 # a loss will update, and which it will not touch at all (lab 3 comes back to parameters
 # that a forward pass did not use).
 #
-# ### Exercise 3 (2 points): the leaves behind a tensor
+# ### Exercise 4 (2 points): the leaves behind a tensor
 #
 # Write `leaves(t)` that returns a list of the tensors whose `.grad` `t.backward()` would
 # fill, each **once** (in any order). Use your `walk` and the `.variable` of the
-# `AccumulateGrad` nodes.
+# `AccumulateGrad` nodes. (The check runs your `leaves` with a `walk` known to be right, so
+# that a mistake in exercise 1 costs points there only.)
 
 
 # %% nbgrader={"solution": true, "grade_id": "leaves"}
@@ -690,7 +913,52 @@ def _ids(tensors):
     return sorted(id(v) for v in tensors)
 
 
-_got = leaves(out)
+check(
+    callable(globals().get("leaves")),
+    "leaves is not defined: run the exercise 4 cell above (did it stop with an error?).",
+)
+# The graphs of the two tensors below, written out by hand: leaves(t) runs here with this
+# walk in place of yours, so that a mistake in exercise 1 costs points there only.
+_s = out.grad_fn
+_tanh = _s.next_functions[0][0]
+_add = _tanh.next_functions[0][0]
+_mm_x, _mm_h = (pair[0] for pair in _add.next_functions)
+_acc_x, _acc_h = _mm_x.next_functions[0][0], _mm_h.next_functions[0][0]
+_sq = (a * a).sum()
+_mul = _sq.grad_fn.next_functions[0][0]
+_acc = _mul.next_functions[0][0]
+_known_graphs = {
+    id(out): (
+        [_s, _tanh, _add, _mm_x, _mm_h, _acc_x, _acc_h],
+        [
+            (_s, _tanh),
+            (_tanh, _add),
+            (_add, _mm_x),
+            (_add, _mm_h),
+            (_mm_x, _acc_x),
+            (_mm_h, _acc_h),
+        ],
+    ),
+    id(_sq): ([_sq.grad_fn, _mul, _acc], [(_sq.grad_fn, _mul), (_mul, _acc), (_mul, _acc)]),
+}
+
+
+def _known_walk(t):
+    return _known_graphs[id(t)]
+
+
+_your_walk = globals().get("walk")
+walk = _known_walk  # leaves(t) calls this walk while the check runs it, then yours is back
+_error = None
+try:
+    _got, _got_sq = leaves(out), leaves(_sq)
+except NotImplementedError:
+    walk = _your_walk
+    raise
+except Exception as _caught:
+    _error = _caught
+walk = _your_walk
+check(_error is None, f"leaves(t) stopped with {type(_error).__name__}: {_error}")
 check(isinstance(_got, list), "leaves(t) should return a list of tensors.")
 check(
     all(isinstance(v, torch.Tensor) for v in _got),
@@ -700,14 +968,29 @@ check(
     _ids(_got) == _ids([Wh, Wx]),
     "leaves(out) for the recurrent cell should be Wh and Wx (x and h need no gradient).",
 )
-_got = leaves((a * a).sum())
 check(
-    _ids(_got) == [id(a)],
-    f"leaves((a * a).sum()) should be [a], once; you returned {len(_got)} tensor(s). "
+    _ids(_got_sq) == [id(a)],
+    f"leaves((a * a).sum()) should be [a], once; you returned {len(_got_sq)} tensor(s). "
     "A tensor used twice is still one leaf.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
+
+
+def _right_walk(t):
+    """The walk of exercise 1, so that a mistake there does not cost points again here."""
+    if t.grad_fn is None:
+        return [], []
+    nodes, edges, seen = [t.grad_fn], [], {t.grad_fn}
+    for parent in nodes:
+        for child, _index in parent.next_functions:
+            if child is not None:
+                edges.append((parent, child))
+                if child not in seen:
+                    seen.add(child)
+                    nodes.append(child)
+    return nodes, edges
+
 
 _gen = torch.Generator().manual_seed(13)
 _w1 = torch.randn(2, 2, requires_grad=True, generator=_gen)
@@ -728,23 +1011,29 @@ def _which(tensors):
 
 
 _once_hint = "Each leaf once: a tensor used twice hangs from one AccumulateGrad node."
-observe("leaves(t) on the recurrent cell's out", _which(leaves(out)))
-observe("leaves(t) on (a * a).sum()", _which(leaves((a * a).sum())), hint=_once_hint)
-observe(
-    "leaves(t) on a new two-layer loss that uses w1 twice and w2 once (unused is left out)",
-    _which(leaves(_loss)),
-    hint=_once_hint,
-)
-observe(
-    "leaves(t) on a new loss that uses w1 only through w1.detach(), and w3 twice",
-    _which(leaves(_cut)),
-    hint="Only the AccumulateGrad nodes of t's graph count: detach() cuts w1 off the graph.",
-)
-# a leaf has no graph behind it: [] and [the leaf itself] are both right, so w1 is taken out once
-_got = _which(leaves(_w1))
-if "w1" in _got:
-    _got.remove("w1")
-observe("leaves(t) on the leaf w1 itself, apart from w1 (both [] and [w1] are right)", _got)
+_your_walk = globals().get("walk")
+walk = _right_walk
+try:
+    observe("leaves(t) on the recurrent cell's out", _which(leaves(out)))
+    observe("leaves(t) on (a * a).sum()", _which(leaves((a * a).sum())), hint=_once_hint)
+    observe(
+        "leaves(t) on a new two-layer loss that uses w1 twice and w2 once (unused is left out)",
+        _which(leaves(_loss)),
+        hint=_once_hint,
+    )
+    observe(
+        "leaves(t) on a new loss that uses w1 only through w1.detach(), and w3 twice",
+        _which(leaves(_cut)),
+        hint="Only the AccumulateGrad nodes of t's graph count: detach() cuts w1 off the graph.",
+    )
+    # a leaf has no graph behind it: [] and [the leaf itself] are both right, so w1 is taken
+    # out once
+    _got = _which(leaves(_w1))
+    if "w1" in _got:
+        _got.remove("w1")
+    observe("leaves(t) on the leaf w1 itself, apart from w1 (both [] and [w1] are right)", _got)
+finally:
+    walk = _your_walk
 # leaves(t) only reads the graph: it runs no backward() and changes no tensor
 observe(
     "w1, w2, w3 and unused after all the calls to leaves(t) above: requires_grad and .grad",
@@ -765,6 +1054,7 @@ observe(
 # * `next_functions` links each node to the nodes of its inputs; leaves that require a
 #   gradient end in `AccumulateGrad`, inputs that do not are `(None, 0)`.
 # * A tensor used twice is one node with two edges into it.
-# * `requires_grad` spreads from inputs to results; `torch.no_grad()` and `detach()` stop it.
+# * `requires_grad` spreads from inputs to results; `torch.no_grad()` and `detach()` stop it,
+#   and `requires_grad_()` starts it again from a leaf.
 #
 # Lab 2 runs the graph backwards with `backward()`.

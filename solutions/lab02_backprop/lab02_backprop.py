@@ -17,9 +17,11 @@
 #
 # 1. `requires_grad` spreads from inputs to everything computed from them;
 # 2. `backward()` fills `.grad` on the **leaves** only, unless you ask for more;
-# 3. the graph is freed by `backward()`, so a second call fails unless you keep it;
-# 4. gradients **accumulate** in `.grad` until you reset them;
-# 5. and you will compute the gradients of $f(x, y, z) = (x^2 + y)\,z$ yourself.
+# 3. `backward()` frees what the graph saved, so a second call fails unless you keep it;
+# 4. gradients **accumulate** in `.grad` until you reset them, in place;
+# 5. you will compute the gradients of $f(x, y, z) = (x^2 + y)\,z$ yourself;
+# 6. and, for an output that is not a single number, `backward()` computes a
+#    *vector-Jacobian product*: one row of the Jacobian at a time, if you ask for rows.
 #
 # **How this lab works.** Cells marked *exercise* are yours: replace
 # `raise NotImplementedError(...)` with your code. The cell after each exercise is a
@@ -116,16 +118,32 @@ def recurrent_step(Wh, Wx, x, h):
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_recurrent_step"}
+check(
+    callable(globals().get("recurrent_step")),
+    "recurrent_step is not defined: run the exercise 1 cell above (did it stop with an error?).",
+)
 _Wh = torch.randn(3, 3, requires_grad=True)
 _Wx = torch.randn(3, 2, requires_grad=True)
 _x, _h = torch.randn(2, 1), torch.randn(3, 1)
-_result = recurrent_step(_Wh, _Wx, _x, _h)
+try:
+    _result = recurrent_step(_Wh, _Wx, _x, _h)
+except NotImplementedError:
+    raise
+except Exception as _error:
+    check(False, f"recurrent_step(Wh, Wx, x, h) stopped with {type(_error).__name__}: {_error}")
 check(
     isinstance(_result, tuple) and len(_result) == 2,
     "recurrent_step should return a tuple (out, next_h).",
 )
 _out, _next_h = _result
-check(_out.dim() == 0, "out should be a scalar (a 0-d tensor): did you sum next_h?")
+check(
+    isinstance(_out, torch.Tensor) and _out.dim() == 0,
+    "out should be a scalar tensor (0-d): the sum of next_h, as a tensor (not .item()).",
+)
+check(
+    isinstance(_next_h, torch.Tensor) and tuple(_next_h.shape) == (3, 1),
+    "next_h should be the 3 x 1 tensor tanh(Wx @ x + Wh @ h).",
+)
 check(_Wh.grad is not None, "Wh.grad is None: did you call out.backward() inside the function?")
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -143,16 +161,18 @@ check(
 from grader_observe import observe
 
 _gen = torch.Generator().manual_seed(2)
-for _draw, (_n_h, _n_x) in enumerate(((3, 2), (3, 2), (4, 5)), start=1):
+# other sizes, and a batch of 3 inputs side by side (x and h with 3 columns)
+for _draw, (_n_h, _n_x, _cols) in enumerate(((3, 2, 1), (4, 5, 1), (2, 6, 1), (5, 2, 3)), 1):
     _Wh = torch.randn(_n_h, _n_h, requires_grad=True, generator=_gen)
     _Wx = torch.randn(_n_h, _n_x, requires_grad=True, generator=_gen)
-    _x, _h = torch.randn(_n_x, 1, generator=_gen), torch.randn(_n_h, 1, generator=_gen)
+    _x = torch.randn(_n_x, _cols, generator=_gen)
+    _h = torch.randn(_n_h, _cols, generator=_gen)
     _out, _next_h = recurrent_step(_Wh, _Wx, _x, _h)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         observe(
-            f"recurrent_step(Wh, Wx, x, h) on random inputs with {_n_h} hidden units and "
-            f"{_n_x} inputs, draw {_draw} of 3",
+            f"recurrent_step(Wh, Wx, x, h) on random inputs with {_n_h} hidden units, "
+            f"{_n_x} inputs and {_cols} column(s), draw {_draw} of 4",
             {"out": _out, "Wh.grad": _Wh.grad, "Wx.grad": _Wx.grad, "next_h.grad": _next_h.grad},
             atol=1e-6,
             hint="out is tanh(Wx @ x + Wh @ h).sum(), with one out.backward(); next_h.grad is "
@@ -160,16 +180,19 @@ for _draw, (_n_h, _n_x) in enumerate(((3, 2), (3, 2), (4, 5)), start=1):
         )
 ### END HIDDEN TESTS
 
+
 # %% [markdown]
-# ## 3. The graph is freed by `backward()`
+# ## 3. `backward()` frees what the graph saved
 #
-# During `backward()` each node frees the tensors it saved for the chain rule (below,
-# `y = w**2` saved `w`, because $dy/dw = 2w$ needs it). Calling `backward()` a second time
-# on the same graph therefore fails.
+# During the forward pass, a node keeps the tensors its derivative will need: `y = w ** 2`
+# keeps `w` (as `_saved_self`, next to the exponent), because $dy/dw = 2w$ needs it.
+# `backward()` uses the saved tensors once and then frees them, to save memory. A second
+# `backward()` through that node finds nothing to work with, and stops:
 
 # %%
 w = torch.tensor(3.0, requires_grad=True)
 y = w**2
+print("y = w ** 2 saved w:", y.grad_fn._saved_self)
 y.backward()
 try:
     y.backward()
@@ -177,19 +200,41 @@ except RuntimeError as error:
     print("RuntimeError:", str(error).split(".")[0] + ".")
 
 # %% [markdown]
-# `backward(retain_graph=True)` keeps the saved tensors, so you may go backwards again.
-# And since gradients **add up** in `.grad` (section 4), the second call doubles it.
+# Not every node saves a tensor. The derivative of `w + 1` is 1, whatever `w` is, so its
+# `AddBackward0` keeps only a number (`alpha`, the factor `torch.add` puts on its second
+# input) and no tensor at all. Then nothing is freed, and a second `backward()` works, and
+# adds a second gradient of 1:
+
+# %%
+w = torch.tensor(3.0, requires_grad=True)
+y = w + 1
+print("y = w + 1 saved only alpha:", y.grad_fn._saved_alpha)
+y.backward()
+y.backward()  # no error: the add node saved no tensor, so nothing was freed
+print("w.grad after two backward() calls:", w.grad)
+
+# %% [markdown]
+# So the error is about the *saved tensors*, not about the graph as such: PyTorch complains
+# only when a node needs a tensor it has already freed. Do not build on the exception: even
+# `w * 3` saves a tensor (the 3, for $dy/dw = 3$), and nearly every real graph has nodes
+# that save something. (The engine you will write in lab 8 keeps it simple and frees every
+# node after a pass, whether it saved a tensor or not, so it refuses even the second pass
+# through `w + 1`: a simplification.)
+#
+# `backward(retain_graph=True)` keeps the saved tensors, so you may go backwards again. And
+# since gradients **add up** in `.grad` (section 4), the second call doubles it.
 #
 # ### Exercise 2 (2 points): backward twice
 #
-# Write `backward_twice(w)` that computes `y = w ** 3`, calls `backward` on it **twice**
-# without error, and returns `w.grad`. For `w = 2` the answer is $2 \times 3w^2 = 24$.
+# Write `backward_twice(y, w)`. `y` is a scalar already computed from the leaf `w` (the
+# check builds it; do not compute it again: the hidden checks use graphs you do not know).
+# Go backwards through `y` **twice**, without error, and return `w.grad`, which then holds
+# the sum of the two passes. For `y = w ** 3` at `w = 2` that is $2 \times 3w^2 = 24$.
 
 
 # %% nbgrader={"solution": true, "grade_id": "backward_twice"}
-def backward_twice(w):
+def backward_twice(y, w):
     ### BEGIN SOLUTION
-    y = w**3
     y.backward(retain_graph=True)
     y.backward()
     return w.grad
@@ -197,18 +242,32 @@ def backward_twice(w):
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_backward_twice"}
+check(
+    callable(globals().get("backward_twice")),
+    "backward_twice is not defined: run the exercise 2 cell above (did it stop with an error?).",
+)
 _w = torch.tensor(2.0, requires_grad=True)
+_y = _w**3
+_passes = []
+_y.register_hook(lambda _grad: _passes.append(1))  # counts the passes through _y
 try:
-    _g = backward_twice(_w)
+    _g = backward_twice(_y, _w)
 except NotImplementedError:
     raise
 except RuntimeError as _error:
     check(
         "a second time" not in str(_error),
-        "The second backward() failed because the graph was already freed: pass "
+        "The second backward() failed because the first one freed the saved tensors: pass "
         "retain_graph=True to the first call.",
     )
-    check(False, f"backward_twice(w) failed: {str(_error)[:120]}")
+    check(False, f"backward_twice(y, w) stopped with RuntimeError: {_error}")
+except Exception as _error:
+    check(False, f"backward_twice(y, w) stopped with {type(_error).__name__}: {_error}")
+check(
+    len(_passes) == 2,
+    f"backward_twice(y, w) went backwards through the y it was given {len(_passes)} time(s), "
+    "not twice: call backward on that y itself, two times (do not compute a new y).",
+)
 check(_g is not None, "backward_twice returned None: return w.grad after the two calls.")
 check(
     isinstance(_g, torch.Tensor),
@@ -216,42 +275,61 @@ check(
 )
 check(
     abs(_g.item() - 24.0) < 1e-6,
-    f"For w = 2 expected w.grad = 24 (two backward calls of 3*w**2 = 12 each), got {_g.item()}.",
+    f"For y = w ** 3 at w = 2, w.grad after two passes should be 24 (12 from each), got "
+    f"{_g.item()}: both passes must add into w.grad.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-for _v in (-1.5, 0.5, 3.0):
-    _w = torch.tensor(_v, requires_grad=True, dtype=torch.float64)
+_gen = torch.Generator().manual_seed(21)
+# graphs the student does not know: scalars and other shapes, float64, and one whose
+# nodes save no tensor (where a second pass works even without retain_graph)
+_cases = [
+    ("y = w ** 3 at w = -1.5 (float64)", torch.tensor(-1.5, dtype=torch.float64), lambda w: w**3),
+    ("y = (w.exp() * w).sum() for a random w of 4 numbers", torch.randn(4, generator=_gen),
+     lambda w: (w.exp() * w).sum()),
+    ("y = torch.tanh(w).pow(2).mean() for a random 2 x 3 w", torch.randn(2, 3, generator=_gen),
+     lambda w: torch.tanh(w).pow(2).mean()),
+    ("y = (w + 1).sum(), which saves no tensor, for a random w of 3 numbers",
+     torch.randn(3, generator=_gen), lambda w: (w + 1).sum()),
+]  # fmt: skip
+for _words, _value, _make in _cases:
+    _w = _value.clone().requires_grad_()
+    _y = _make(_w)
+    _passes = []
+    _y.register_hook(lambda _grad, _passes=_passes: _passes.append(1))
+    _g = backward_twice(_y, _w)
     observe(
-        f"backward_twice(w) on w = {_v} (float64)",
-        backward_twice(_w),
-        hint="y = w ** 3, then y.backward(retain_graph=True) and y.backward(): the two "
-        "gradients add up in w.grad, which is what to return.",
+        f"backward_twice(y, w) on {_words}",
+        {"returned": _g, "passes through y": len(_passes)},
+        atol=1e-6,
+        hint="Two passes through the given y, the first with retain_graph=True; both add into "
+        "w.grad, which is what to return.",
     )
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## 4. Gradients accumulate
+# ## 4. Gradients accumulate, in place
 #
 # `backward()` does not *overwrite* `.grad`: it *adds* to it. To watch this, fix the
-# inputs so every pass has the same gradient: with `Wh` all ones, `h` all ones and `x` all
-# zeros, each hidden unit is $\tanh(3)$ and every entry of
+# inputs so every pass has the same gradient: with `Wh` all ones, `h` all ones and the
+# input `x` all zeros, each hidden unit is $\tanh(3)$ and every entry of
 # $\partial\,\text{out}/\partial W_h$ is $1 - \tanh^2(3) \approx 0.0099$.
 
 # %%
 Wh = torch.ones(3, 3, requires_grad=True)
 Wx = torch.ones(3, 2)
-x = torch.zeros(2, 1)
 h = torch.ones(3, 1)
 
 
-def forward():
+def forward(x):
+    """The recurrent cell's out for the input x, with the Wh, Wx and h above."""
     return torch.tanh(Wx @ x + Wh @ h).sum()
 
 
+x_zero = torch.zeros(2, 1)
 for i in range(3):
-    forward().backward()
+    forward(x_zero).backward()
     print(f"Iter {i}:", Wh.grad.flatten()[:3], "...")
 
 # %% [markdown]
@@ -259,76 +337,344 @@ for i in range(3):
 # every training loop calls `optimizer.zero_grad()` (or `W.grad.zero_()`) before
 # `backward()`; lab 3 shows when accumulating on purpose is useful.
 #
+# One more trap, for when you keep gradients to look at later (to plot them, say).
+# `Wh.grad` is one tensor that PyTorch changes **in place**: `Wh.grad.zero_()` zeroes it in
+# place, and the next `backward()` adds into it in place (also into the fresh one that the
+# first pass after `Wh.grad = None` creates). A name bound to `Wh.grad` moves with it; a
+# copy made with `.clone()` does not. (`.detach()` is no copy: it shares the data.)
+
+# %%
+Wh.grad = None
+forward(x_zero).backward()
+kept = Wh.grad  # the same tensor as Wh.grad, not a copy
+copied = Wh.grad.clone()  # a copy
+forward(x_zero).backward()  # adds into Wh.grad, in place
+print("kept:  ", kept[0, 0].item(), "(moved with Wh.grad)")
+print("copied:", copied[0, 0].item())
+
+# %% [markdown]
 # ### Exercise 3 (2 points): one fresh gradient per pass
 #
-# Write `fresh_gradients(n)` that runs `forward()` and `backward()` `n` times on the
-# tensors above and returns a list of `n` floats: `Wh.grad[0, 0]` after each pass, with the
-# gradient **reset before each pass** so all `n` values are equal (about 0.0099).
+# Write `fresh_gradients(xs)`. For each input `x` of the list `xs`, in order, it computes
+# `forward(x)` and goes backwards, and keeps the gradient of `Wh` **of that pass alone**:
+# nothing from an earlier pass, nor anything `Wh.grad` held before the call, may leak in.
+# It returns the list of these gradients, one tensor of `Wh`'s shape per input, each a copy
+# that later passes do not change (an empty `xs` gives an empty list).
 
 
 # %% nbgrader={"solution": true, "grade_id": "fresh_gradients"}
-def fresh_gradients(n):
+def fresh_gradients(xs):
     ### BEGIN SOLUTION
-    values = []
-    for _ in range(n):
+    grads = []
+    for x in xs:
         if Wh.grad is not None:
             Wh.grad.zero_()
-        forward().backward()
-        values.append(Wh.grad[0, 0].item())
-    return values
+        forward(x).backward()
+        grads.append(Wh.grad.clone())
+    return grads
     ### END SOLUTION
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_fresh_gradients"}
-_expected = 1 - torch.tanh(torch.tensor(3.0)).item() ** 2
-_values = fresh_gradients(3)
 check(
-    isinstance(_values, list) and len(_values) == 3,
-    "fresh_gradients(3) should return a list of 3 floats.",
+    callable(globals().get("fresh_gradients")),
+    "fresh_gradients is not defined: run the exercise 3 cell above (did it stop with an error?).",
+)
+_xs = [torch.zeros(2, 1), torch.ones(2, 1), torch.tensor([[0.5], [-2.0]])]
+_want = [torch.autograd.grad(forward(_x), Wh)[0] for _x in _xs]  # each pass alone
+Wh.grad = torch.full((3, 3), 5.0)  # a stale gradient, left from before the call
+try:
+    _got = fresh_gradients(_xs)
+except NotImplementedError:
+    raise
+except Exception as _error:
+    check(False, f"fresh_gradients(xs) stopped with {type(_error).__name__}: {_error}")
+check(
+    isinstance(_got, list) and len(_got) == len(_xs),
+    f"fresh_gradients(xs) should return a list with one gradient per input: 3 for these 3 "
+    f"inputs, not {len(_got) if isinstance(_got, list) else type(_got).__name__}.",
 )
 check(
-    all(isinstance(v, float) for v in _values),
-    "fresh_gradients(3) should return plain Python floats: append Wh.grad[0, 0].item(),"
-    f" not {type(_values[0]).__name__} values.",
+    all(isinstance(_g, torch.Tensor) and _g.shape == Wh.shape for _g in _got),
+    "Each gradient should be a tensor of Wh's shape (3 x 3): a copy of Wh.grad after its pass.",
+)
+_right = [torch.allclose(_g, _w, atol=1e-6) for _g, _w in zip(_got, _want, strict=True)]
+check(
+    not all(torch.equal(_g, _got[-1]) for _g in _got) or all(_right),
+    "All the gradients you returned are equal: they are all Wh.grad itself (or views of it), "
+    "which the later passes changed in place. Keep a copy of each: Wh.grad.clone().",
 )
 check(
-    all(abs(v - _expected) < 1e-6 for v in _values),
-    f"Expected three equal values of about {_expected:.4f}, got {[round(v, 4) for v in _values]}. "
-    "If they grow, the gradient is accumulating: reset Wh.grad (Wh.grad.zero_()) before each backward().",
+    _right[0] or not all(_right[1:]),
+    "The first gradient is off, the others are right: Wh.grad held something before the call. "
+    "Reset it before every pass, the first one included.",
+)
+check(
+    all(_right),
+    "The gradients are not those of each pass alone: if they grow from pass to pass, the "
+    "passes add up in Wh.grad. Reset Wh.grad (Wh.grad.zero_(), or Wh.grad = None) before each "
+    "backward().",
+)
+_before = [_g.clone() for _g in _got]
+forward(_xs[0]).backward()  # one more pass after the call
+check(
+    all(torch.equal(_g, _b) for _g, _b in zip(_got, _before, strict=True)),
+    "A gradient you returned changed when a later pass added into Wh.grad: it is Wh.grad itself "
+    "(or shares its data, as detach() does). Return copies: Wh.grad.clone().",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-# new random values in the tensors forward() reads (in place, and put back afterwards), and a
-# stale gradient from an earlier pass that must not leak in
+# other sizes: Wh, Wx and h are replaced (forward reads them by name) and put back afterwards;
+# new random inputs; a stale Wh.grad before each call; then one more pass after the call
 _gen = torch.Generator().manual_seed(3)
-_saved, _saved_grad = [_t.detach().clone() for _t in (Wh, Wx, x, h)], Wh.grad
+_saved = (Wh, Wx, h)
 try:
-    for _n in (5, 2):
-        with torch.no_grad():
-            for _t in (Wh, Wx, x, h):
-                _t.copy_(torch.randn(_t.shape, generator=_gen))
-        Wh.grad = torch.randn(3, 3, generator=_gen)
+    for _n_h, _n_x, _n in ((4, 3, 4), (2, 5, 1), (3, 2, 0)):
+        Wh = torch.randn(_n_h, _n_h, generator=_gen).requires_grad_()
+        Wx = torch.randn(_n_h, _n_x, generator=_gen)
+        h = torch.randn(_n_h, 1, generator=_gen)
+        _xs = [torch.randn(_n_x, 1, generator=_gen) for _ in range(_n)]
+        Wh.grad = torch.randn(_n_h, _n_h, generator=_gen)
+        _got = fresh_gradients(_xs)
+        _first = [_g.clone() if isinstance(_g, torch.Tensor) else _g for _g in _got]
+        forward(torch.randn(_n_x, 1, generator=_gen)).backward()
         observe(
-            f"fresh_gradients({_n}) after new random values were put in Wh, Wx, x and h, "
-            "with a stale Wh.grad left from before the call",
-            fresh_gradients(_n),
+            f"fresh_gradients(xs) for {_n} random input(s), with a {_n_h} x {_n_h} Wh and a "
+            "stale Wh.grad left from before the call; then again after one more pass",
+            {"returned": _first, "returned, after one more pass": _got},
             atol=1e-6,
-            hint="Values that grow from pass to pass, or that start off wrong, mean the "
-            "gradient accumulates: reset Wh.grad before each backward(), including the first.",
+            hint="Reset Wh.grad before every pass, the first included, and keep a copy of each "
+            "gradient (Wh.grad.clone()): Wh.grad itself changes in place with later passes.",
         )
 finally:
-    with torch.no_grad():
-        for _t, _value in zip((Wh, Wx, x, h), _saved, strict=True):
-            _t.copy_(_value)
-    Wh.grad = _saved_grad
+    Wh, Wx, h = _saved
 ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## 5. Exercise 4 (4 points): the gradients of $f(x, y, z) = (x^2 + y)\,z$
 #
-# Break $f$ into named steps, $p = x^2$, $q = p + y$, $f = q\,z$, and compute every
-# gradient with one call to `backward()`. Choose the point $(x, y, z)$ yourself so that
+# Break $f$ into named steps, $p = x^2$, $q = p + y$, $f = q\,z$, and let one `backward()`
+# compute every gradient.
+#
+# Write `f_gradients(x, y, z)`. `x`, `y` and `z` are scalar tensors that require
+# gradients (leaves whose `.grad` is still `None`). Compute `p`, `q` and `f` from them,
+# make sure the gradients of `p` and `q` will be kept, call `f.backward()` once, and return
+# the five gradients `(df/dx, df/dy, df/dz, df/dp, df/dq)`, read from the `.grad` of `x`,
+# `y`, `z`, `p` and `q`.
+#
+# The checks call it at points of their own (the hidden ones at points you cannot know),
+# and look at `x.grad`, `y.grad` and `z.grad` after the call: the gradients must come from
+# `backward()`, not from derivatives worked out by hand.
+
+
+# %% nbgrader={"solution": true, "grade_id": "f_gradients"}
+def f_gradients(x, y, z):
+    ### BEGIN SOLUTION
+    p = x**2
+    q = p + y
+    f = q * z
+    p.retain_grad()
+    q.retain_grad()
+    f.backward()
+    return x.grad, y.grad, z.grad, p.grad, q.grad
+    ### END SOLUTION
+
+
+# %% nbgrader={"locked": true, "grade_id": "f_helpers"}
+def f_nudged(point, dx=0.0, dy=0.0, dz=0.0, dp=0.0, dq=0.0):
+    """f at `point` = (x, y, z), with x, y, z, p or q moved a little (what comes after
+    follows the move)."""
+    x, y, z = (float(v) for v in point)
+    p = (x + dx) ** 2 + dp
+    q = p + y + dy + dq
+    return q * (z + dz)
+
+
+def slopes(point, step=1e-4):
+    """df/dv for v = x, y, z, p, q, measured without the chain rule: move v by a small step
+    up and down and take (f(v + step) - f(v - step)) / (2 step)."""
+    return [
+        (f_nudged(point, **{"d" + v: step}) - f_nudged(point, **{"d" + v: -step})) / (2 * step)
+        for v in "xyzpq"
+    ]
+
+
+def leaves_at(point, dtype=torch.float64):
+    """x, y, z at `point`, as new scalar leaves that require gradients."""
+    return [torch.tensor(float(v), dtype=dtype, requires_grad=True) for v in point]
+
+
+def as_number(value):
+    """A gradient as a float, whether it came as a one-number tensor or a number (None stays)."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value.item())
+    if isinstance(value, int | float):
+        return float(value)
+    return None if value is None else repr(type(value))
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_f_leaves"}
+### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+
+def _gradients_record(point, dtype):
+    """f_gradients at a point: what it returned, the .grad of x, y and z, and how many
+    backward passes reached each of them (a hook counts them; a hand-set .grad is no pass)."""
+    x, y, z = leaves_at(point, dtype)
+    passes = {"x": 0, "y": 0, "z": 0}
+    for name, t in (("x", x), ("y", y), ("z", z)):
+        t.register_hook(lambda grad, name=name: passes.__setitem__(name, passes[name] + 1))
+    got = f_gradients(x, y, z)
+    got = list(got) + [None] * 5 if isinstance(got, tuple | list) else [None] * 5
+    record = {f"df/d{v}": as_number(g) for v, g in zip("xyzpq", got, strict=False)}
+    record |= {f"{v}.grad": as_number(t.grad) for v, t in (("x", x), ("y", y), ("z", z))}
+    record["backward passes that reached x, y, z"] = [passes["x"], passes["y"], passes["z"]]
+    return record
+
+
+### END HIDDEN TESTS
+check(
+    callable(globals().get("f_gradients")),
+    "f_gradients is not defined: run the exercise 4 cell above (did it stop with an error?).",
+)
+_point = (0.5, -1.25, 2.0)
+_x, _y, _z = leaves_at(_point)
+try:
+    _got = f_gradients(_x, _y, _z)
+except NotImplementedError:
+    raise
+except Exception as _error:
+    check(False, f"f_gradients(x, y, z) stopped with {type(_error).__name__}: {_error}")
+check(
+    isinstance(_got, tuple | list) and len(_got) == 5,
+    "f_gradients should return five gradients: (df/dx, df/dy, df/dz, df/dp, df/dq).",
+)
+for _name, _t in (("x", _x), ("y", _y), ("z", _z)):
+    check(
+        _t.grad is not None,
+        f"x.grad, y.grad and z.grad should all be filled after the call, and {_name}.grad is "
+        "None: f_gradients should call f.backward(), which fills the .grad of every leaf f was "
+        "computed from.",
+    )
+for _name, _t, _value, _slope in zip("xyz", (_x, _y, _z), _got, slopes(_point), strict=False):
+    check(
+        as_number(_value) is not None and abs(as_number(_value) - _t.grad.item()) < 1e-9,
+        f"The first three gradients returned should be x.grad, y.grad and z.grad as backward() "
+        f"left them, and df/d{_name} is not: return what backward() put in .grad.",
+    )
+    check(
+        abs(_t.grad.item() - _slope) < 1e-6,
+        f"A gradient with respect to x, y or z (df/d{_name}) disagrees with the slope of f "
+        "measured by nudging that value (see slopes() above): is f computed as "
+        "(x**2 + y) * z, through p and q, with one backward()?",
+    )
+### BEGIN HIDDEN TESTS
+_gen = torch.Generator().manual_seed(41)
+_hidden_points = [
+    (torch.randn(3, generator=_gen, dtype=torch.float64) * 3).tolist(),
+    (torch.randn(3, generator=_gen, dtype=torch.float64) * 3).tolist(),
+    [0.0] + torch.randn(2, generator=_gen, dtype=torch.float64).tolist(),
+]
+for _k, _point in enumerate(_hidden_points, 1):
+    for _dtype in (torch.float64, torch.float32):
+        _record = _gradients_record(_point, _dtype)
+        observe(
+            f"f_gradients(x, y, z) at hidden point {_k} of 3 ({_dtype}): df/dx, df/dy, df/dz, "
+            "x.grad, y.grad, z.grad and the backward passes that reached x, y, z",
+            {_key: _record[_key] for _key in _record if _key not in ("df/dp", "df/dq")},
+            rtol=1e-5,
+            atol=1e-5,
+            hint="Build p, q and f from the given x, y and z, call f.backward() once, and return "
+            "what it left in x.grad, y.grad and z.grad.",
+        )
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_f_intermediates"}
+check(
+    callable(globals().get("f_gradients")),
+    "f_gradients is not defined: run the exercise 4 cell above (did it stop with an error?).",
+)
+_point = (-1.5, 0.75, -0.5)
+_x, _y, _z = leaves_at(_point)
+try:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _got = f_gradients(_x, _y, _z)
+except NotImplementedError:
+    raise
+except Exception as _error:
+    check(False, f"f_gradients(x, y, z) stopped with {type(_error).__name__}: {_error}")
+check(
+    isinstance(_got, tuple | list) and len(_got) == 5,
+    "f_gradients should return five gradients: (df/dx, df/dy, df/dz, df/dp, df/dq).",
+)
+check(
+    _x.grad is not None,
+    "x.grad is None after the call: f_gradients should call f.backward().",
+)
+for _name, _value, _slope in zip(("p", "q"), _got[3:], slopes(_point)[3:], strict=True):
+    check(
+        _value is not None,
+        f"df/dp or df/dq (df/d{_name}) is None: p and q are not leaves, so backward() drops "
+        "their gradients unless p.retain_grad() and q.retain_grad() run before f.backward().",
+    )
+    check(
+        as_number(_value) is not None and abs(as_number(_value) - _slope) < 1e-6,
+        f"df/dp or df/dq (df/d{_name}) disagrees with the slope of f measured by nudging that "
+        "value (see slopes() above): is it the .grad of the p = x**2 and q = p + y that f was "
+        "computed from, after one f.backward()?",
+    )
+### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+_gen = torch.Generator().manual_seed(42)
+for _k in (1, 2, 3):
+    _point = (torch.randn(3, generator=_gen, dtype=torch.float64) * 3).tolist()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _record = _gradients_record(_point, torch.float64)
+    observe(
+        f"f_gradients(x, y, z) at hidden point {_k} of 3: df/dp, df/dq and the backward passes "
+        "that reached x, y, z",
+        {
+            _key: _record[_key]
+            for _key in ("df/dp", "df/dq", "backward passes that reached x, y, z")
+        },
+        rtol=1e-6,
+        atol=1e-9,
+        hint="p = x**2 and q = p + y are not leaves: call p.retain_grad() and q.retain_grad() "
+        "before f.backward(), then return p.grad and q.grad.",
+    )
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The same gradients in a picture, next to an estimate that needs no chain rule: nudge one
+# value by a small step up and down, recompute $f$ from that value on, and take the slope
+# (`slopes()` above). Each dot (the nudge) should sit on top of its bar (`backward()`); a
+# missing bar is a gradient that is `None`.
+
+# %%
+picture_point = (1.0, -0.5, 2.0)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from_backward = [as_number(g) for g in f_gradients(*leaves_at(picture_point))]
+names = ["x", "y", "z", "p", "q"]
+fig, ax = plt.subplots(figsize=(5, 3))
+ax.bar(names, [float("nan") if g is None else g for g in from_backward], label="backward()")
+ax.scatter(names, slopes(picture_point), color="black", zorder=3, label="nudge")
+ax.axhline(0, color="gray", linewidth=0.8)
+ax.set_xlabel("value v")
+ax.set_ylabel("df/dv")
+ax.set_title(f"f = (x² + y)·z at (x, y, z) = {picture_point}")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# ### A puzzle (not graded): choose the point
+#
+# Find a point $(x, y, z)$ where the gradients of $f$ are
 #
 # | gradient | value |
 # |---|---|
@@ -338,160 +684,235 @@ finally:
 # | df/dp | 3 |
 # | df/dq | 3 |
 #
-# Work it out on paper first: $\partial f/\partial y = z$ and $\partial f/\partial z =
-# x^2 + y$, and $\partial f/\partial x = 2xz$. Create `x`, `y`, `z` as float tensors that
-# require gradients, compute `p`, `q` and `f` from them, make sure `p.grad` and `q.grad`
-# will be kept, and call `f.backward()`.
-
-# %% nbgrader={"solution": true, "grade_id": "f_xyz"}
-### BEGIN SOLUTION
-x = torch.tensor(-2.0, requires_grad=True)
-y = torch.tensor(2.0, requires_grad=True)
-z = torch.tensor(3.0, requires_grad=True)
-p = x**2
-q = p + y
-f = q * z
-p.retain_grad()
-q.retain_grad()
-f.backward()
-### END SOLUTION
-
-# %% nbgrader={"locked": true, "grade_id": "f_xyz_print"}
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    for _name, _t in [("x", x), ("y", y), ("z", z), ("p", p), ("q", q)]:
-        print(f"df/d{_name} =", None if _t.grad is None else _t.grad.item())
-
-# %% [markdown]
-# The same gradients in a picture, next to an estimate that needs no chain rule: nudge one
-# value by $\pm h$, recompute $f$ from that value on, and take the slope
-# $\big(f(v + h) - f(v - h)\big) / 2h$. Each dot (the nudge) should sit on top of its bar
-# (`backward()`); a missing bar is a `.grad` that is `None`.
-
+# Work it out on paper first: which input is $\partial f/\partial y$ equal to? And
+# $\partial f/\partial z$? Then put your point in the next cell and run the one after it,
+# which asks your `f_gradients` (not graded, and nothing is handed in here).
 
 # %%
-def f_nudged(dx=0.0, dy=0.0, dz=0.0, dp=0.0, dq=0.0):
-    """f at your point, with x, y, z, p or q moved a little (what comes after follows)."""
-    p_ = (x.item() + dx) ** 2 + dp
-    q_ = p_ + y.item() + dy + dq
-    return q_ * (z.item() + dz)
+point = None  # your (x, y, z), for instance (1.0, 2.0, 3.0)
+
+# %%
+TARGET = {"x": -12.0, "y": 3.0, "z": 6.0, "p": 3.0, "q": 3.0}
+if point is None:
+    print("Put your (x, y, z) in `point` above, then run this cell again.")
+else:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _found = [as_number(g) for g in f_gradients(*leaves_at(point))]
+    except NotImplementedError:
+        print("Finish exercise 4 first: this self-check asks your f_gradients.")
+    else:
+        for (_v, _target), _g in zip(TARGET.items(), _found, strict=True):
+            _verdict = (
+                "as in the table" if _g is not None and abs(_g - _target) < 1e-9 else "not yet"
+            )
+            print(f"df/d{_v} = {_g}: {_verdict}")
+
+# %% [markdown]
+# ## 6. Outputs that are not one number: vector-Jacobian products
+#
+# Every `backward()` so far started from a scalar. Try a vector:
+
+# %%
+x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+y = x**2  # three numbers
+try:
+    y.backward()
+except RuntimeError as error:
+    print("RuntimeError:", error)
+
+# %% [markdown]
+# *grad can be implicitly created only for scalar outputs.* `backward()` works its way
+# from the output to the leaves, and it has to start from the gradient of something with
+# respect to the output itself. When the output is a scalar `s`, that something is `s`
+# and the start is $ds/ds = 1$, which PyTorch creates for you: *implicitly*. When the
+# output is a vector, PyTorch cannot guess which number you want the gradient of. You
+# say it with a tensor `v` of `y`'s shape, the `gradient` argument: `y.backward(gradient=v)`
+# computes the gradient of `(v * y).sum()`. Into `x.grad` goes
+#
+# $$v^\top J = \sum_i v_i \,\frac{\partial y_i}{\partial x},
+#   \qquad J_{ij} = \frac{\partial y_i}{\partial x_j} \text{ (the Jacobian)},$$
+#
+# a **vector-Jacobian product**. PyTorch never builds $J$: each backward pass computes one
+# such product, which is why it is cheap. `y.sum().backward()` is the case `v = ones`.
+
+# %%
+v = torch.tensor([1.0, 0.0, 0.5])
+y.backward(gradient=v)  # the failed call above freed nothing, so y can still go backwards
+J = torch.func.jacrev(lambda t: t**2)(x.detach())  # the whole Jacobian, for comparison
+print("x.grad      =", x.grad)
+print("v @ J       =", v @ J)
+
+# %% [markdown]
+# `torch.autograd.grad(outputs, inputs, grad_outputs=v)` computes the same product and
+# *returns* it, as a tuple with one gradient per input, instead of adding it into `.grad`.
+# Like `backward()`, it frees what the graph saved unless you pass `retain_graph=True`.
+
+# %%
+x.grad = None
+y = x**2
+(vjp,) = torch.autograd.grad(y, x, grad_outputs=v)
+print("vjp =", vjp, " and x.grad is still", x.grad)
+
+# %% [markdown]
+# With a *one-hot* `v`, 1 at position `i` and 0 elsewhere, $v^\top J$ is row `i` of $J$:
+# the gradient of `y[i]` alone. One backward pass per element of `y` therefore builds the
+# whole Jacobian, row by row. (`torch.func.jacrev` gets the same matrix with the passes
+# batched together.)
+#
+# ### Exercise 5 (2 points): the Jacobian, row by row
+#
+# Write `jacobian_rows(f, x)`. `x` is a 1-D tensor of `n` numbers and `f` a function that
+# maps it to a 1-D tensor `y` of `m` numbers. Return the `m` x `n` Jacobian `J`, with
+# `J[i, j]` $= \partial y_i / \partial x_j$, built row by row from vector-Jacobian
+# products: one `torch.autograd.grad` call for each element of `y`, with a one-hot
+# `grad_outputs`. Three things to mind:
+#
+# * work on a leaf of your own, `x.detach().requires_grad_()`, and call `f` on it: the `x`
+#   you were given must come out as it went in (no `requires_grad` switched on, no `.grad`);
+# * `y` serves several passes, so every pass but the last must keep the graph;
+# * if you use `y.backward(v)` and `.grad` instead, each row must be that pass's alone, and
+#   a copy.
 
 
-h_step = 1e-3
-names = ["x", "y", "z", "p", "q"]
-nudged = [
-    (f_nudged(**{"d" + n: h_step}) - f_nudged(**{"d" + n: -h_step})) / (2 * h_step) for n in names
-]
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    from_backward = [float("nan") if t.grad is None else t.grad.item() for t in (x, y, z, p, q)]
-fig, ax = plt.subplots(figsize=(5, 3))
-ax.bar(names, from_backward, color="C0", label="backward()")
-ax.scatter(names, nudged, color="black", zorder=3, label="nudge by ±h")
-ax.axhline(0, color="gray", linewidth=0.8)
-ax.set_xlabel("value v")
-ax.set_ylabel("df/dv")
-ax.set_title(f"f = (x² + y)·z at (x, y, z) = ({x.item():g}, {y.item():g}, {z.item():g})")
-ax.legend()
-plt.show()
+# %% nbgrader={"solution": true, "grade_id": "jacobian_rows"}
+def jacobian_rows(f, x):
+    ### BEGIN SOLUTION
+    leaf = x.detach().requires_grad_()
+    y = f(leaf)
+    rows = []
+    for i in range(y.numel()):
+        one_hot = torch.zeros_like(y)
+        one_hot[i] = 1.0
+        (row,) = torch.autograd.grad(y, leaf, grad_outputs=one_hot, retain_graph=True)
+        rows.append(row)
+    return torch.stack(rows)
+    ### END SOLUTION
 
-# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_f_leaves"}
-_undefined = [_name for _name in ("x", "y", "z", "f") if _name not in globals()]
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_jacobian_rows"}
+def _counted(f, passes):
+    """f, with a hook on its output that counts the backward passes through it."""
+
+    def counted_f(t):
+        out = f(t)
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            out.register_hook(lambda _grad: passes.append(1))
+        return out
+
+    return counted_f
+
+
 check(
-    not _undefined,
-    f"{', '.join(_undefined)} not defined yet: your exercise 4 cell should create x, y and z,"
-    " compute p, q and f from them, and call f.backward().",
+    callable(globals().get("jacobian_rows")),
+    "jacobian_rows is not defined: run the exercise 5 cell above (did it stop with an error?).",
 )
-for _name, _t in [("x", x), ("y", y), ("z", z)]:
+
+
+def _f(t):
+    """From 3 numbers to 2."""
+    return torch.stack([t[0] * t[1] + t[2], torch.sin(t[0]) * t[2] ** 2])
+
+
+_x = torch.tensor([0.5, -1.0, 2.0])
+_passes = []
+try:
+    _J = jacobian_rows(_counted(_f, _passes), _x)
+except NotImplementedError:
+    raise
+except RuntimeError as _error:
     check(
-        _t.is_leaf and _t.requires_grad,
-        f"{_name} should be a leaf tensor created with requires_grad=True.",
+        "a second time" not in str(_error),
+        "The second row's pass failed because the first one freed what y's graph saved: pass "
+        "retain_graph=True (to all the passes but the last, or to all of them).",
     )
-    check(_t.grad is not None, f"{_name}.grad is None: did you call f.backward()?")
-check(abs(y.grad.item() - 3) < 1e-6, f"df/dy = z should be 3, got {y.grad.item()}: choose z = 3.")
-check(abs(z.grad.item() - 6) < 1e-6, f"df/dz = x**2 + y should be 6, got {z.grad.item()}.")
+    check(
+        "does not require grad" not in str(_error),
+        "f(x) does not require a gradient, so there is nothing to go backwards through: call "
+        "f on a leaf of your own, x.detach().requires_grad_().",
+    )
+    check(False, f"jacobian_rows(f, x) stopped with RuntimeError: {_error}")
+except Exception as _error:
+    check(False, f"jacobian_rows(f, x) stopped with {type(_error).__name__}: {_error}")
 check(
-    abs(x.grad.item() + 12) < 1e-6,
-    f"df/dx = 2*x*z should be -12, got {x.grad.item()}: with z = 3, x must be -2.",
+    isinstance(_J, torch.Tensor),
+    f"jacobian_rows should return one tensor, the Jacobian, not {type(_J).__name__}: "
+    "torch.stack the rows.",
+)
+check(
+    tuple(_J.shape) == (2, 3),
+    f"For f from 3 numbers to 2, J should have 2 rows (one per output) and 3 columns (one per "
+    f"input): shape (2, 3), not {tuple(_J.shape)}.",
+)
+check(
+    torch.allclose(_J, torch.func.jacrev(_f)(_x), atol=1e-6),
+    "J differs from torch.func.jacrev(f)(x): row i should be the gradient of y[i] alone, "
+    "from a grad_outputs that is 1 at position i and 0 elsewhere, and no row may add into "
+    "another.",
+)
+check(
+    len(_passes) == 2,
+    f"jacobian_rows went backwards through f's output {len(_passes)} time(s): it should go "
+    "once per element of y (2 here), each with a one-hot grad_outputs.",
+)
+check(
+    not _x.requires_grad and _x.grad is None,
+    "jacobian_rows changed the x it was given (it now requires a gradient, or has a .grad): "
+    "work on a leaf of your own, x.detach().requires_grad_().",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-# as numbers: a float64 or one-element tensor is as right as a float32 scalar
-observe(
-    "f, x, y, z and the gradients df/dx, df/dy, df/dz at the point you chose",
-    {
-        "f": f.item(),
-        "x": x.item(),
-        "y": y.item(),
-        "z": z.item(),
-        "df/dx": x.grad.item(),
-        "df/dy": y.grad.item(),
-        "df/dz": z.grad.item(),
-    },
-    hint="df/dy = z, df/dz = x**2 + y and df/dx = 2*x*z: choose z first, then x, then y.",
+_gen = torch.Generator().manual_seed(51)
+_W = torch.randn(3, 4, generator=_gen)
+_hidden_functions = [
+    ("from 4 numbers to 3, y = W @ tanh(x) + x[:3] * x[1:]", 4,
+     lambda t: _W @ torch.tanh(t) + t[:3] * t[1:]),
+    ("from 1 number to 3", 1, lambda t: torch.cat([t**2, t.exp(), 3 * t])),
+    ("from 3 numbers to 1, y = (x ** 2).sum(), as a 1-element tensor", 3,
+     lambda t: (t**2).sum().reshape(1)),
+    ("from 5 numbers to 5, the running sums of x[:4] and a last output that ignores x", 5,
+     lambda t: torch.cat([t[:4].cumsum(0), torch.ones(1) + 0 * t[0]])),
+]  # fmt: skip
+_hint = (
+    "One pass per element of y = f(leaf), with a one-hot grad_outputs and retain_graph=True; "
+    "row i of J is the gradient of y[i] alone, and the x you were given must not change."
 )
-### END HIDDEN TESTS
-
-# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_f_intermediates"}
-_undefined = [_name for _name in ("x", "y", "z", "p", "q", "f") if _name not in globals()]
-check(
-    not _undefined,
-    f"{', '.join(_undefined)} not defined yet: your exercise 4 cell should compute p = x**2,"
-    " q = p + y and f = q * z.",
-)
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    check(
-        p.grad is not None and q.grad is not None,
-        "p.grad or q.grad is None: call p.retain_grad() and q.retain_grad() before f.backward().",
-    )
-check(
-    not p.is_leaf and not q.is_leaf,
-    "p and q should be computed from x and y (p = x**2, q = p + y), not created directly.",
-)
-check(
-    abs(p.grad.item() - 3) < 1e-6,
-    f"df/dp should be 3 (df/dp = df/dq * dq/dp = z), got {p.grad.item()}.",
-)
-check(abs(q.grad.item() - 3) < 1e-6, f"df/dq = z should be 3, got {q.grad.item()}.")
-### BEGIN HIDDEN TESTS
-from grader_observe import observe
 
 
-def _inputs(t):
-    """The names of the tensors t was computed from, read off t.grad_fn (sorted, once each)."""
-    made = [(p.grad_fn, "p"), (q.grad_fn, "q")]  # the nodes that made p and q
-    given = [("x", x), ("y", y), ("z", z)]  # the leaves, found through their AccumulateGrad
-    found = set()
-    for node, _index in t.grad_fn.next_functions if t.grad_fn is not None else ():
-        if node is None:
-            found.add("a tensor that needs no gradient")
-        elif hasattr(node, "variable"):
-            found.add(next((k for k, v in given if node.variable is v), "another leaf"))
-        else:
-            found.add(next((k for n, k in made if n is node), f"another {type(node).__name__}"))
-    return sorted(found)
+def _jacobian_record(f, x):
+    """jacobian_rows(f, x): the Jacobian (as float64: the dtype is free), the passes through
+    f's output, and x after the call."""
+    passes = []
+    got = jacobian_rows(_counted(f, passes), x)
+    return {
+        "J": got.double() if isinstance(got, torch.Tensor) else got,
+        "passes through f's output": len(passes),
+        "x.requires_grad after the call": x.requires_grad,
+        "x.grad after the call": x.grad,
+    }
 
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    # p may be x**2, x * x or torch.square(x): only its value and where it comes from count
+for _words, _n, _fn in _hidden_functions:
     observe(
-        "p, q and f: df/dp, df/dq, p's value, what each was computed from, q's and f's nodes",
-        {
-            "df/dp": p.grad.item(),
-            "df/dq": q.grad.item(),
-            "p": p.item(),
-            "p computed from": _inputs(p),
-            "q computed from": _inputs(q),
-            "f computed from": _inputs(f),
-            "q's node": type(q.grad_fn).__name__.rstrip("0123456789"),
-            "f's node": type(f.grad_fn).__name__.rstrip("0123456789"),
-        },
-        hint="Build f in steps from x, y and z: p = x**2, q = p + y, f = q * z, and call "
-        "p.retain_grad() and q.retain_grad() before f.backward().",
+        f"jacobian_rows(f, x) for f {_words}, at a random x",
+        _jacobian_record(_fn, torch.randn(_n, generator=_gen)),
+        rtol=1e-4,
+        atol=1e-5,
+        hint=_hint,
     )
+# an x that already requires a gradient (a float64 leaf of the caller's): its .grad stays None
+_caller_leaf = torch.randn(4, generator=_gen, dtype=torch.float64).requires_grad_()
+observe(
+    "jacobian_rows(f, x) for f from 4 numbers to 3, at a float64 x that already requires a "
+    "gradient",
+    _jacobian_record(lambda t: torch.stack([t.prod(), t[0] / (1 + t[3] ** 2), t.norm()]),
+                     _caller_leaf),
+    rtol=1e-6,
+    atol=1e-9,
+    hint=_hint,
+)  # fmt: skip
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -500,7 +921,12 @@ with warnings.catch_warnings():
 # * `backward()` applies the chain rule from the output back to every leaf that requires a
 #   gradient, and leaves the result in `.grad`.
 # * Intermediate gradients are dropped unless you call `retain_grad()`.
-# * The graph is freed after one backward pass; `retain_graph=True` keeps it.
-# * `.grad` accumulates across passes: reset it between optimisation steps.
+# * `backward()` frees what the nodes saved; a second pass needs `retain_graph=True` as soon
+#   as one node saved a tensor, which nearly every graph has.
+# * For an output that is not a scalar, `backward(gradient=v)` and
+#   `torch.autograd.grad(..., grad_outputs=v)` compute the vector-Jacobian product
+#   $v^\top J$; one-hot `v`s give the Jacobian row by row.
+# * `.grad` accumulates across passes, in place: reset it between optimisation steps, and
+#   copy it (`clone()`) to keep it.
 #
 # Next, lab 3 turns accumulation from a trap into a tool.
