@@ -152,9 +152,15 @@ def build(root: Path = REPO, labs: list[str] | None = None, release: Path | None
             root=root,
         )
         if result.returncode != 0:
-            raise SystemExit(
-                f"nbgrader generate_assignment {lab} failed:\n{result.stdout}{result.stderr}"
-            )
+            log = result.stdout + result.stderr
+            if "because there are submissions associated with it" in log:
+                raise SystemExit(
+                    f"make build: {lab} adds or removes graded cells, and {root / 'gradebook.db'}"
+                    " holds graded hand-ins of it (nbgrader keeps a graded lab's cells fixed). "
+                    "To start over: `make clean`, which removes the gradebook, autograded/ and "
+                    "feedback/; to keep the grades, change cells' contents only."
+                )
+            raise SystemExit(f"nbgrader generate_assignment {lab} failed:\n{log}")
         extra = lab_source(lab).parent / "files"
         if extra.is_dir():
             shutil.copytree(extra, release / lab, dirs_exist_ok=True)
