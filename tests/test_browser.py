@@ -2,7 +2,8 @@
 
 Starts `jupyter lab` on a copy of labs/, opens a lab in Debian's chromium through Playwright,
 runs every cell, and checks that the graph picture is rendered and that nbgrader's Validate
-button is on the toolbar. The instructor's view: the class report of a graded class, opened
+button is on the toolbar; in lab01_graph, that the picture is in the very cell the text
+promises it in. The instructor's view: the class report of a graded class, opened
 from disk, with every chart rendered. Screenshots land in test-output/. Skipped, with one
 line, only where no chromium can be had (`make browser` installs it where it can).
 """
@@ -31,6 +32,11 @@ from graders.report import build_report
 
 LAB = "lab02_backprop"  # draws its graph with draw(out)
 SCREENSHOT = REPO / "test-output" / f"{LAB}-jupyterlab.png"
+# lab01_graph: the cell after this heading draws the saved-tensors picture the text explains
+TORCHVIZ_LAB = "lab01_graph"
+TORCHVIZ_HEADING = "### Reading a torchviz picture"
+TORCHVIZ_CELL = "draw(out, params=params, show_saved=True, show_attrs=True)"
+TORCHVIZ_SCREENSHOT = REPO / "test-output" / f"{TORCHVIZ_LAB}-torchviz-jupyterlab.png"
 REPORT_SCREENSHOT = REPO / "test-output" / "class-report.png"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_ARGS = [
@@ -81,15 +87,17 @@ def wait_for_server(url: str, server: subprocess.Popen, log: Path, limit_s: floa
 
 
 @pytest.fixture
-def jupyterlab(tmp_path):
-    """A JupyterLab server on a copy of labs/, with its own config; stopped afterwards."""
+def jupyterlab(request, tmp_path):
+    """A JupyterLab server on a copy of a lab of labs/ (LAB, or the test's parameter), with
+    its own config; stopped afterwards."""
+    lab = getattr(request, "param", LAB)
     root = tmp_path / "labs"
-    shutil.copytree(REPO / "labs" / LAB, root / LAB)
+    shutil.copytree(REPO / "labs" / lab, root / lab)
     # the release with every exercise answered, so that "run all" runs to the end
-    release = nbformat.read(root / LAB / f"{LAB}.ipynb", as_version=4)
-    (complete,) = [s for s in declared_class(LAB) if s.name == "complete"]
+    release = nbformat.read(root / lab / f"{lab}.ipynb", as_version=4)
+    (complete,) = [s for s in declared_class(lab) if s.name == "complete"]
     nbformat.write(
-        student_notebook(complete, release, source_notebook(LAB)), root / LAB / f"{LAB}.ipynb"
+        student_notebook(complete, release, source_notebook(lab)), root / lab / f"{lab}.ipynb"
     )
     port, token = free_port(), secrets.token_hex(16)
     env = dict(
@@ -141,6 +149,39 @@ def jupyterlab(tmp_path):
                 server.wait(timeout=10)
 
 
+def open_and_run_all(page, base: str, token: str, lab: str) -> None:
+    """Open the lab in JupyterLab, check nbgrader's Validate button, run every cell and wait
+    for the kernel; no cell may fail."""
+    page.set_default_timeout(STEP_MS)
+    page.goto(f"{base}/lab/tree/{lab}/{lab}.ipynb?token={token}")
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
+    # the kernel is up and idle (JupyterLab's own session object says so)
+    page.wait_for_function(f"() => {KERNEL_IDLE}")
+    validate = page.locator(".jp-NotebookPanel-toolbar .validate-button")
+    validate.wait_for(state="visible")
+    assert validate.inner_text().strip() == "Validate"
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    # every code cell has run (or one failed, which stops "run all"), the kernel idle
+    page.wait_for_function(
+        f"""() => {{
+          const cells = [...window.jupyterapp.shell.currentWidget.content.model.cells]
+            .filter(c => c.type === 'code');
+          const failed = cells.some(
+            c => c.outputs.toJSON().some(o => o.output_type === 'error'));
+          return {KERNEL_IDLE} && (failed || cells.every(c => c.executionCount));
+        }}"""
+    )
+    errors = page.evaluate(ERRORS_JS)
+    assert not errors, f"cells failed in JupyterLab: {errors[:3]}"
+
+
+def browser_page(playwright):
+    browser = playwright.chromium.launch(
+        executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=STEP_MS
+    )
+    return browser, browser.new_page(viewport={"width": 1400, "height": 1100})
+
+
 def test_a_lab_runs_in_jupyterlab_with_nbgrader(jupyterlab):
     if CHROMIUM is None:
         pytest.skip("no chromium to drive: `make browser` or `sudo apt-get install chromium`")
@@ -148,32 +189,9 @@ def test_a_lab_runs_in_jupyterlab_with_nbgrader(jupyterlab):
     base, token, log = jupyterlab
     SCREENSHOT.parent.mkdir(exist_ok=True)
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=STEP_MS
-        )
+        browser, page = browser_page(playwright)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1100})
-            page.set_default_timeout(STEP_MS)
-            page.goto(f"{base}/lab/tree/{LAB}/{LAB}.ipynb?token={token}")
-            page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
-            # the kernel is up and idle (JupyterLab's own session object says so)
-            page.wait_for_function(f"() => {KERNEL_IDLE}")
-            validate = page.locator(".jp-NotebookPanel-toolbar .validate-button")
-            validate.wait_for(state="visible")
-            assert validate.inner_text().strip() == "Validate"
-            page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-            # every code cell has run (or one failed, which stops "run all"), the kernel idle
-            page.wait_for_function(
-                f"""() => {{
-                  const cells = [...window.jupyterapp.shell.currentWidget.content.model.cells]
-                    .filter(c => c.type === 'code');
-                  const failed = cells.some(
-                    c => c.outputs.toJSON().some(o => o.output_type === 'error'));
-                  return {KERNEL_IDLE} && (failed || cells.every(c => c.executionCount));
-                }}"""
-            )
-            errors = page.evaluate(ERRORS_JS)
-            assert not errors, f"cells failed in JupyterLab: {errors[:3]}"
+            open_and_run_all(page, base, token, LAB)
             graph = page.locator(".jp-RenderedSVG img, .jp-RenderedSVG svg").first
             graph.wait_for(state="visible")
             graph.scroll_into_view_if_needed()
@@ -183,6 +201,101 @@ def test_a_lab_runs_in_jupyterlab_with_nbgrader(jupyterlab):
         finally:
             browser.close()
     assert SCREENSHOT.stat().st_size > 10_000
+
+
+# the code cell after the markdown cell that starts with the heading, marked for a locator
+FIND_CELL_JS = """([heading]) => {
+  const widgets = [...window.jupyterapp.shell.currentWidget.content.widgets];
+  const at = widgets.findIndex(w => w.model.type === 'markdown'
+    && w.model.sharedModel.getSource().startsWith(heading));
+  if (at < 0 || at + 1 >= widgets.length) return null;
+  const cell = widgets[at + 1];
+  cell.node.setAttribute('data-course-test', 'promised-picture');
+  cell.node.scrollIntoView({block: 'start'});
+  return {type: cell.model.type, source: cell.model.sharedModel.getSource(),
+          mimes: cell.model.type === 'code'
+            ? cell.model.outputs.toJSON().flatMap(o => Object.keys(o.data || {})) : []};
+}"""
+
+
+@pytest.mark.parametrize("jupyterlab", [TORCHVIZ_LAB], indirect=True)
+def test_lab01_shows_the_torchviz_picture_in_the_cell_that_promises_it(jupyterlab):
+    """After "Reading a torchviz picture" (which explains the colours of the boxes), the cell
+    `draw(out, params=params, show_saved=True, show_attrs=True)` shows the picture itself."""
+    if CHROMIUM is None:
+        pytest.skip("no chromium to drive: `make browser` or `sudo apt-get install chromium`")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    base, token, log = jupyterlab
+    TORCHVIZ_SCREENSHOT.parent.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as playwright:
+        browser, page = browser_page(playwright)
+        try:
+            open_and_run_all(page, base, token, TORCHVIZ_LAB)
+            found = page.evaluate(FIND_CELL_JS, [TORCHVIZ_HEADING])
+            assert found, f"labs/{TORCHVIZ_LAB}: no cell after {TORCHVIZ_HEADING!r}"
+            assert (found["type"], found["source"]) == ("code", TORCHVIZ_CELL), found
+            assert "image/svg+xml" in found["mimes"], f"its outputs: {found['mimes']}"
+            cell = '[data-course-test="promised-picture"] .jp-OutputArea-output'
+            picture = page.locator(f"{cell} img, {cell} svg").first
+            picture.wait_for(state="visible")
+            if picture.evaluate("node => node.tagName") == "IMG":  # decoded, not a broken image
+                page.wait_for_function(
+                    "node => node.complete && node.naturalWidth > 0", arg=picture.element_handle()
+                )
+            box = picture.bounding_box()
+            assert box and box["width"] > 200 and box["height"] > 200, f"the picture is {box}"
+            page.screenshot(path=str(TORCHVIZ_SCREENSHOT))
+        finally:
+            browser.close()
+    assert TORCHVIZ_SCREENSHOT.stat().st_size > 10_000
+
+
+def text_overflows(svg: str) -> list[str]:
+    """The nodes of a Graphviz SVG whose longest line of monospace text (0.6 em a character)
+    is wider than the node's box: text that spills out of its box, over its neighbours."""
+    import xml.etree.ElementTree as ET
+
+    ns = {"svg": "http://www.w3.org/2000/svg"}
+    spilled = []
+    for node in ET.fromstring(svg).iter(f"{{{ns['svg']}}}g"):
+        if node.get("class") != "node":
+            continue
+        box = node.find("svg:polygon", ns)
+        texts = node.findall("svg:text", ns)
+        if box is None or not texts:
+            continue
+        xs = [float(p.split(",")[0]) for p in box.get("points").split()]
+        need = max(0.6 * float(t.get("font-size")) * len(t.text or "") for t in texts)
+        if need > max(xs) - min(xs) + 1:
+            spilled.append(f"{texts[0].text!r}: text {need:.0f} wide, box {max(xs) - min(xs):.0f}")
+    return spilled
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="draw() hands torchviz's DOT to graphviz-pure with fontname=monospace, for which "
+    "graphviz-pure has no metrics (it sizes boxes with Times): show_attrs boxes are too narrow "
+    "and their lines spill over each other (test-output/lab01_graph-torchviz-jupyterlab.png)",
+)
+def test_graphviz_pure_boxes_hold_their_text():
+    """The lab01 picture drawn with graphviz-pure, as on a laptop without Graphviz: every
+    line of every box fits in the box."""
+    setup = REPO / "solutions" / "common" / "setup_cell.py"
+    namespace: dict = {"__name__": "__main__"}
+    exec(compile(setup.read_text(), str(setup), "exec"), namespace)
+    programs = namespace["_dot_programs"]()
+    if not programs or Path(programs[0]).name != "graphviz-pure":
+        pytest.skip(f"draw() uses {programs[:1] or 'no dot'}, not graphviz-pure")
+    import torch
+
+    Wh = torch.randn(3, 3, requires_grad=True)
+    Wx = torch.randn(3, 2, requires_grad=True)
+    out = (Wx @ torch.randn(2, 1) + Wh @ torch.randn(3, 1)).tanh().sum()
+    picture = namespace["draw"](
+        out, params={"Wh": Wh, "Wx": Wx}, show_saved=True, show_attrs=True
+    )  # fmt: skip
+    assert picture is not None
+    assert text_overflows(picture.svg) == []
 
 
 def test_the_class_report_renders_in_chromium(tmp_path_factory):
