@@ -13,6 +13,12 @@ if str(_HERE) not in sys.path:  # graders.* below, also where the course is not 
 # Hidden tests import grader_observe (graders/kernel/): an unsandboxed kernel (nbgrader
 # validate, or autograde where bubblewrap cannot run) inherits this; the sandbox sets its own.
 _KERNEL_SIDE = str(_HERE / "graders" / "kernel")
+if not Path(_KERNEL_SIDE).is_dir():  # a course folder other than the repository
+    import importlib.util
+
+    _graders = importlib.util.find_spec("graders")
+    if _graders is not None and _graders.submodule_search_locations:
+        _KERNEL_SIDE = str(Path(next(iter(_graders.submodule_search_locations))) / "kernel")
 if _KERNEL_SIDE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (_KERNEL_SIDE, os.environ.get("PYTHONPATH")) if p

@@ -208,7 +208,8 @@ def kernel_argv(
         "--clearenv",
         *_system_binds(),
     ]
-    taken: set[Path] = {Path("/usr")}
+    argv += ["--perms", "1777", "--tmpfs", "/tmp"]  # first: binds below /tmp stay visible
+    taken: set[Path] = {Path("/usr"), Path("/tmp")}
     argv += _readonly([*python_paths(), KERNEL_SIDE, *readonly], taken)
     argv += ["--dev", "/dev", "--proc", "/proc"]
     argv += ["--size", str(SHM_BYTES), "--perms", "1777", "--tmpfs", "/dev/shm"]
@@ -216,7 +217,6 @@ def kernel_argv(
     argv += ["--size", str(WORKDIR_BYTES), "--perms", "0777", "--tmpfs", WORKDIR]
     for path in files or []:  # declared files beside the notebook, read-only
         argv += ["--ro-bind", str(path), f"{WORKDIR}/{Path(path).name}"]
-    argv += ["--perms", "1777", "--tmpfs", "/tmp"]
     for parent in reversed(private.parents):
         if parent != Path("/") and parent not in taken:
             argv += ["--perms", "0755", "--dir", str(parent)]

@@ -271,12 +271,6 @@ def text_overflows(svg: str) -> list[str]:
     return spilled
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="draw() hands torchviz's DOT to graphviz-pure with fontname=monospace, for which "
-    "graphviz-pure has no metrics (it sizes boxes with Times): show_attrs boxes are too narrow "
-    "and their lines spill over each other (test-output/lab01_graph-torchviz-jupyterlab.png)",
-)
 def test_graphviz_pure_boxes_hold_their_text():
     """The lab01 picture drawn with graphviz-pure, as on a laptop without Graphviz: every
     line of every box fits in the box."""

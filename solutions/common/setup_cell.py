@@ -19,7 +19,8 @@ def install_missing(*packages):
         ]
         if missing:
             raise ModuleNotFoundError(
-                f"This grading environment lacks {', '.join(missing)}: install it there "
+                f"This grading environment lacks {', '.join(missing)}: install "
+                f"{'them' if len(missing) > 1 else 'it'} there "
                 "(nothing is installed while grading)."
             )
     if missing:
@@ -107,12 +108,21 @@ def draw(tensor, **options):
     """Draw the graph behind `tensor`: a picture (torchviz + Graphviz), else a text drawing."""
     try:
         from torchviz import make_dot
-    except Exception:
-        why = "`pip install torchviz`"
+    except ImportError as error:
+        missing = getattr(error, "name", None) or "torchviz"
+        why = (
+            "`pip install setuptools` (torchviz imports distutils)"
+            if missing == "distutils"
+            else f"`pip install {missing}`"
+        )
+    except Exception as error:  # a broken torchviz install
+        why = f"torchviz failed to import: {type(error).__name__}"
     else:
         why = "`pip install graphviz-pure`, or install Graphviz (`apt install graphviz`)"
         try:
-            source = make_dot(tensor, **options).source
+            graph = make_dot(tensor, **options)
+            graph.node_attr["fontname"] = "Courier"  # a font graphviz-pure can measure too
+            source = graph.source
             for program in _dot_programs():
                 run = subprocess.run(
                     [program, "-Tsvg"], input=source.encode(), capture_output=True, timeout=60
