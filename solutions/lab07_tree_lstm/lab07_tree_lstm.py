@@ -36,8 +36,10 @@
 
 # %% nbgrader={"locked": true, "grade_id": "setup"}
 # %course-setup
+import io
 import os
 import random
+import re
 import time
 
 import matplotlib.pyplot as plt
@@ -715,8 +717,86 @@ observe(
 
 # %% [markdown]
 # Every cell call added its own nodes to the autograd graph, and `backward()` walks back
-# through all of them. For a batch of trees we call `encode_recursive` once per tree and
-# stack the roots: correct, but the cell runs once per node, on a single row. Count it:
+# through all of them. See it on a small tree: on the left `[MAX 2 [MIN 4 7 ] ]`, each node
+# drawn at its height (leaves at 1); on the right, `draw()` of the graph that
+# `encode_recursive` built for it, with a tiny model (hidden size 2) so that only the
+# structure matters. The cell's operations appear five times, once per node of the tree:
+# the copy for `MIN` takes its inputs from the copies for 4 and 7, the copy for `MAX` from
+# those for 2 and `MIN`, down to the root `h` at the bottom. The boxes at the top are the
+# parameters, the same few tensors feeding all five copies, so their gradients add up over
+# the nodes. Another tree builds another graph from the same parameters.
+
+
+# %%
+def plot_tree(tree, ax):
+    """Draw a ListOps tree on `ax`: leaves in a row at the bottom, each node at its height."""
+    spots, edges = [], []  # spots: (x, y, label) of each node; edges: (parent, child)
+
+    def place(node, next_leaf):
+        if isinstance(node, int):
+            spots.append((next_leaf, 1, str(node)))
+            return len(spots) - 1, next_leaf + 1
+        kids = []
+        for arg in node[1:]:
+            kid, next_leaf = place(arg, next_leaf)
+            kids.append(kid)
+        spots.append((sum(spots[k][0] for k in kids) / len(kids), height(node), node[0]))
+        edges.extend((len(spots) - 1, k) for k in kids)
+        return len(spots) - 1, next_leaf
+
+    place(tree, 0)
+    for a, b in edges:
+        ax.plot([spots[a][0], spots[b][0]], [spots[a][1], spots[b][1]], color="gray", zorder=1)
+    for x, y, label in spots:
+        color = "white" if label.isdigit() else "lightblue"
+        ax.text(x, y, label, ha="center", va="center", bbox={"boxstyle": "round", "fc": color})
+    ax.set_xlim(-0.7, max(x for x, _, _ in spots) + 0.7)
+    ax.set_ylim(0.5, height(tree) + 0.5)
+    ax.set_yticks(range(1, height(tree) + 1))
+    ax.set_ylabel("height")
+    for side in ("top", "right", "bottom"):
+        ax.spines[side].set_visible(False)
+    ax.set_xticks([])
+
+
+class SideBySide:
+    """A small picture and, beside it, a large one scaled to the width left (two SVG texts);
+    the cell's last expression, so that the notebook shows it."""
+
+    def __init__(self, small, large):
+        self.small = small[small.index("<svg") :]
+        self.large = large[large.index("<svg") :] if large else ""
+
+    def _repr_html_(self):
+        fitted = re.sub(
+            r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1 width="100%"', self.large
+        )
+        return (
+            '<div style="display:flex; gap:24px; align-items:flex-start">'
+            f'<div style="flex:none">{self.small}</div>'
+            f'<div style="flex:1; min-width:0; max-width:900px">{fitted}</div></div>'
+        )
+
+    def __repr__(self):
+        return "<a tree and its autograd graph: display it in a notebook>"
+
+
+small_tree = parse("[MAX 2 [MIN 4 7 ] ]")
+torch.manual_seed(0)
+small_model = TreeLSTM(hidden_size=2, embed_size=2)
+small_h, _ = encode_recursive(small_model, small_tree)
+fig, ax = plt.subplots(figsize=(2.8, 2.6))
+plot_tree(small_tree, ax)
+ax.set_title(to_string(small_tree), fontsize=9)
+tree_svg = io.StringIO()
+fig.savefig(tree_svg, format="svg", bbox_inches="tight")
+plt.close(fig)
+graph_picture = draw(small_h, params=dict(small_model.named_parameters()))
+SideBySide(tree_svg.getvalue(), graph_picture.svg if graph_picture else None)
+
+# %% [markdown]
+# For a batch of trees we call `encode_recursive` once per tree and stack the roots:
+# correct, but the cell runs once per node, on a single row. Count it:
 
 # %%
 torch.manual_seed(0)
@@ -734,8 +814,17 @@ print("tallest tree:", max(height(t) for t in batch))
 # node whose children are all leaves; and so on: all nodes of **height** $k$ (over all the
 # trees of the batch) only need nodes of height less than $k$. So the whole batch needs as
 # many calls of the cell as the **tallest tree's height**, whatever the number of nodes.
-# This is the topological *frontier*; DyNet's autobatching and TensorFlow Fold find the same
-# schedule automatically.
+#
+# This schedule, one batch per height, is *depth-based batching*: TensorFlow Fold batches
+# this way (Looks et al., 2017, where the "depth" of a node is what we call its height).
+# DyNet's automatic batching (Neubig, Goldberg and Dyer, 2017; switched on with
+# `--dynet-autobatch 1`) batches single operations rather than whole cells, and by default
+# it schedules them differently, with an **agenda**: it keeps the operations whose inputs
+# are all computed, groups them by signature (the same operation on the same shapes), and
+# runs one group at a time, choosing by a heuristic: first the group whose signature has the
+# lowest average depth in the whole graph. So it may run together operations that sit at
+# different depths, which a depth schedule never does. Depth-based batching is there too,
+# as DyNet's other strategy.
 #
 # `flatten(trees)` lists the nodes of a batch in post-order (children before their parent)
 # and numbers them 0, 1, 2, ... across all trees:
@@ -1063,5 +1152,7 @@ plt.show()
 #   runs at every node, and autograd adds up its gradients from all of them.
 # * Run naively, the cell is called once per node, on a single row: batch size 1.
 # * Grouping the nodes by height runs a whole batch of different trees in as many calls as
-#   the tallest tree is high, with the same loss and gradients, to rounding.
+#   the tallest tree is high, with the same loss and gradients, to rounding. That is
+#   depth-based batching, TensorFlow Fold's schedule; DyNet's default autobatching keeps an
+#   agenda of ready operations instead, and can batch across heights.
 # * `gradcheck` (in float64) is the quick way to trust a hand-written cell.
