@@ -55,6 +55,19 @@ torch.set_num_threads(1)
 GRADING = "NBGRADER_EXECUTION" in os.environ
 
 
+def attempt(fn, *args, **kwargs):
+    """(fn(*args, **kwargs), None), or (None, "the error, in one line") when it raises: the
+    checks use it to say in words which call failed. An exercise that still raises
+    NotImplementedError is not answered yet: that stops the check."""
+    try:
+        return fn(*args, **kwargs), None
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        text = str(error).strip().splitlines()
+        return None, f"{type(error).__name__}: {text[0][:200] if text else ''}"
+
+
 print("torch", torch.__version__, "| grading run" if GRADING else "| full run")
 
 # %% [markdown]
@@ -160,25 +173,39 @@ def evaluate(tree):
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_evaluate"}
+def _evaluate_text(text):
+    """evaluate(parse(text)), or None and the error it raised, in words."""
+    return attempt(evaluate, parse(text))
+
+
 for _text, _want in [("7", 7), ("[MIN 4 7 2 ]", 2), ("[MAX 2 9 0 ]", 9), ("[SUM 5 8 ]", 3)]:
-    _got = evaluate(parse(_text))
+    _got, _error = _evaluate_text(_text)
+    check(_error is None, f"evaluate({_text}) raised {_error}.")
     check(_got == _want, f"evaluate({_text}) should be {_want}, got {_got}.")
 for _text, _want in [("[MED 3 1 2 ]", 2), ("[MED 8 1 5 3 ]", 3), ("[MED 9 4 ]", 4)]:
-    _got = evaluate(parse(_text))
+    _got, _error = _evaluate_text(_text)
+    check(_error is None, f"evaluate({_text}) raised {_error}.")
     check(
         _got == _want,
         f"evaluate({_text}) should be {_want}, got {_got}. MED sorts the arguments and takes the "
         "middle one; with an even number of them, the lower of the two middle ones (an int).",
     )
 _text = "[MAX 2 9 [MIN 4 7 ] 0 ]"
-check(evaluate(parse(_text)) == 9, f"evaluate({_text}) should be 9: evaluate the arguments first.")
+_got, _error = _evaluate_text(_text)
+check(_error is None, f"evaluate({_text}) raised {_error}: evaluate the arguments first.")
+check(_got == 9, f"evaluate({_text}) should be 9, got {_got}: evaluate the arguments first.")
 _text = "[SUM [MAX 8 2 ] [SUM 9 9 ] 1 ]"
+_got, _error = _evaluate_text(_text)
+check(_error is None, f"evaluate({_text}) raised {_error}.")
 check(
-    evaluate(parse(_text)) == 7,
-    f"evaluate({_text}) should be (8 + 8 + 1) % 10 = 7, got {evaluate(parse(_text))}: "
+    _got == 7,
+    f"evaluate({_text}) should be (8 + 8 + 1) % 10 = 7, got {_got}: "
     "a nested SUM is already reduced modulo 10.",
 )
-check(isinstance(evaluate(parse("[MED 8 1 5 3 ]")), int), "evaluate should return an int.")
+check(
+    isinstance(_evaluate_text("[MED 8 1 5 3 ]")[0], int),
+    "evaluate should return an int (for MED too: pick an argument, do not average two).",
+)
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
@@ -208,6 +235,29 @@ observe(
     "evaluate(tree) on 500 random trees (depth <= 5, <= 6 arguments)",
     [evaluate(make_tree(_r, max_depth=5, max_args=6)) for _ in range(500)],
     hint="Evaluate every argument first (recursion), then apply the operator to their values.",
+)
+# Beside the generator's limits: bare digits (a tree of one leaf), one argument (the generator
+# makes 2 or more), nine arguments, and trees deeper than any in the data.
+_one_arg = [(_op, _r.randint(0, 9)) for _op in OPS for _ in range(5)]
+_nine_args = [(_op, *(_r.randint(0, 9) for _ in range(9))) for _op in OPS for _ in range(5)]
+_deep = []
+for _ in range(20):
+    _t = _r.randint(0, 9)
+    for _level in range(_r.randint(6, 12)):  # a chain: each operator has one subtree argument
+        _args = [_t, *(_r.randint(0, 9) for _ in range(_r.randint(1, 3)))]
+        _r.shuffle(_args)
+        _t = (_r.choice(OPS), *_args)
+    _deep.append(_t)
+observe(
+    "evaluate(tree) beside the generator's limits",
+    {
+        "a bare digit 0 to 9": [evaluate(_d) for _d in range(10)],
+        "one argument, each operator": [evaluate(_t) for _t in _one_arg],
+        "nine arguments, each operator": [evaluate(_t) for _t in _nine_args],
+        "chains 7 to 13 operators deep": [evaluate(_t) for _t in _deep],
+    },
+    hint="A leaf is its own value; with one argument, MIN, MAX and MED give it and SUM gives it "
+    "modulo 10; evaluate every argument first, however deep the tree.",
 )
 ### END HIDDEN TESTS
 
@@ -315,13 +365,25 @@ _cell = ChildSumTreeLSTMCell(3, 4)
 _x = torch.randn(3, 3)
 _ch, _cc = torch.randn(4, 4), torch.randn(4, 4)
 _parent = torch.tensor([0, 0, 2, 2])  # node 0 and node 2 have two children each, node 1 none
-_h, _c = _cell(_x, _ch, _cc, _parent)
+_out, _error = attempt(_cell, _x, _ch, _cc, _parent)
+check(_error is None, f"The cell on 3 nodes with 4 children raised {_error}.")
+check(
+    isinstance(_out, tuple) and len(_out) == 2 and all(isinstance(t, torch.Tensor) for t in _out),
+    "forward should return a pair of tensors (h, c).",
+)
+_h, _c = _out
 check(
     tuple(_h.shape) == (3, 4) and tuple(_c.shape) == (3, 4),
     f"h and c should have one row per node, shape (3, 4); got {tuple(_h.shape)}, {tuple(_c.shape)}.",
 )
 _empty = torch.zeros(0, 4)
-_h1, _c1 = _cell(_x[1:2], _empty, _empty, torch.zeros(0, dtype=torch.long))
+_out, _error = attempt(_cell, _x[1:2], _empty, _empty, torch.zeros(0, dtype=torch.long))
+check(
+    _error is None,
+    f"The cell on one node with no children (child_h and child_c of shape (0, 4), an empty "
+    f"parent) raised {_error}. A leaf has no children: its sums are zero.",
+)
+_h1, _c1 = _out
 check(
     torch.allclose(_h[1:2], _h1, atol=1e-6) and torch.allclose(_c[1:2], _c1, atol=1e-6),
     "Node 1 (no children) gives a different result inside a batch than alone: each node must "
@@ -416,8 +478,9 @@ observe(
     hint="Each child k needs its own forget gate f_jk = sigmoid(W_f x_j + U_f h_k + b_f), from "
     "its own h_k (not from the sum of the children), multiplied with its own c_k.",
 )
-# Random weights and inputs, sizes unlike the visible checks, parents in random order.
-for _n, _m, _H, _E in [(5, 9, 6, 4), (1, 3, 2, 5), (8, 12, 3, 3)]:
+# Random weights and inputs, sizes unlike the visible checks, parents in random order; then
+# no children at all (every node a leaf), and ten children of one node beside a leaf.
+for _n, _m, _H, _E in [(5, 9, 6, 4), (1, 3, 2, 5), (8, 12, 3, 3), (4, 0, 3, 2), (2, 10, 4, 3)]:
     _cell = ChildSumTreeLSTMCell(_E, _H)
     with torch.no_grad():  # weights from an explicit generator, not from the global RNG
         for _name, _p in sorted(_cell.named_parameters()):
@@ -449,18 +512,15 @@ _x = torch.randn(3, 2, dtype=torch.float64, requires_grad=True)
 _ch = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
 _cc = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
 _parent = torch.tensor([0, 0, 2, 2])
-try:
-    _ok = torch.autograd.gradcheck(lambda a, b, c: _cell(a, b, c, _parent), (_x, _ch, _cc))
-except NotImplementedError:
-    raise
-except RuntimeError as _error:
-    _ok = False
-    print("gradcheck stopped:", str(_error)[:300])
+_ok, _error = attempt(
+    torch.autograd.gradcheck, lambda a, b, c: _cell(a, b, c, _parent), (_x, _ch, _cc)
+)
 check(
-    _ok,
-    "gradcheck failed in float64. If the message above is about Float and Double, a tensor you "
-    "create inside forward is float32: make it with x.new_zeros(...) so it follows x's dtype. "
-    "Otherwise something in forward is not differentiable (.item(), .detach(), torch.no_grad).",
+    _error is None and _ok,
+    f"gradcheck failed in float64 ({_error or 'autograd and finite differences disagree'}). "
+    "If that is about Float and Double, a tensor you create inside forward is float32: make it "
+    "with x.new_zeros(...) so it follows x's dtype. Otherwise something in forward is not "
+    "differentiable (.item(), .detach(), .data, torch.no_grad).",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -577,6 +637,57 @@ class CallCounter:
 
 
 # %% [markdown]
+# The checks of exercises 3 and 4 run your encoders on a `StandInTreeModel`: a `TreeLSTM`
+# whose cell is a *stand-in*, a fixed function with the same arguments and results as your
+# cell that is not a Tree-LSTM cell. It uses every argument, pairs each child's `h` with its
+# own `c`, and does not care about the order of the children, so the checks see exactly what
+# your encoder hands to the cell, and a mistake in exercise 2 costs points only there.
+
+
+# %% nbgrader={"locked": true, "grade_id": "stand_in"}
+class StandInCell(nn.Module):
+    def __init__(self, input_size, hidden_size):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.W = nn.Linear(input_size, 4 * hidden_size)
+        self.U = nn.Linear(hidden_size, 4 * hidden_size, bias=False)
+
+    def forward(self, x, child_h, child_c, parent):
+        a, b, d, e = self.U(child_h).chunk(4, dim=1)
+        per_child = torch.tanh(e + a) * child_c + b * d
+        gathered = x.new_zeros(x.shape[0], self.hidden_size).index_add(0, parent, per_child)
+        p, q, r, s = self.W(x).chunk(4, dim=1)
+        c = torch.tanh(p + gathered) * torch.sigmoid(q)
+        return torch.tanh(r * c + s), c
+
+
+class StandInTreeModel(nn.Module):
+    """TreeLSTM's parts (embed, cell, out, hidden_size), the cell a StandInCell, and every
+    weight drawn from `seed`."""
+
+    def __init__(self, seed, hidden_size=8, embed_size=4):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.embed = nn.Embedding(len(VOCAB), embed_size)
+        self.cell = StandInCell(embed_size, hidden_size)
+        self.out = nn.Linear(hidden_size, 10)
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for _, p in sorted(self.named_parameters()):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+
+
+def cell_by_hand(model, token, children):
+    """One call of model.cell for one node: its token (a digit or an operator) and the (h, c)
+    of its children, already computed. The checks unroll small trees with it."""
+    x = model.embed(torch.tensor([token if isinstance(token, int) else TOKEN[token]]))
+    empty = x.new_zeros(0, model.hidden_size)
+    child_h = torch.cat([h for h, _ in children]) if children else empty
+    child_c = torch.cat([c for _, c in children]) if children else empty
+    return model.cell(x, child_h, child_c, torch.zeros(len(children), dtype=torch.long))
+
+
+# %% [markdown]
 # ### Exercise 3 (2 points): one node at a time
 #
 # Write `encode_recursive(model, tree)` that returns the root's `(h, c)`, each of shape
@@ -610,53 +721,21 @@ def encode_recursive(model, tree):
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_encode_recursive"}
-### BEGIN HIDDEN TESTS
-# (first, so that test_batched_equal and test_batched_calls have it even when a check here
-# fails)
-def _stand_in_model(seed, hidden_size, embed_size):
-    """A TreeLSTM with weights from `seed` whose cell runs a fixed stand-in function of the
-    same arguments instead of exercise 2's cell: it is not a Tree-LSTM cell, it only uses
-    every argument, pairs each child's h with its own c and ignores the order of the
-    children. What is recorded with it depends on encode_recursive / encode_batched only,
-    whether the student's cell is right or not."""
-    gen = torch.Generator().manual_seed(seed)
-    model = TreeLSTM(hidden_size=hidden_size, embed_size=embed_size)
-    with torch.no_grad():
-        for _, p in sorted(model.named_parameters()):
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
-    cell, H = model.cell, hidden_size
-
-    def stand_in(x, child_h, child_c, parent):
-        a, b, d = cell.U_iou(child_h).chunk(3, dim=1)
-        per_child = torch.tanh(cell.U_f(child_h) + a) * child_c + b * d
-        gathered = x.new_zeros(x.shape[0], H).index_add(0, parent, per_child)
-        p, q, r, s = cell.W(x).chunk(4, dim=1)
-        c = torch.tanh(p + gathered) * torch.sigmoid(q)
-        return torch.tanh(r * c + s), c
-
-    cell.forward = stand_in
-    return model
-
-
-### END HIDDEN TESTS
-torch.manual_seed(3)
-_model = TreeLSTM(hidden_size=8, embed_size=4)
+_model = StandInTreeModel(3, hidden_size=8, embed_size=4)
 _tree = parse("[MAX 2 9 [MIN 4 7 ] 0 ]")
-_error = None
-try:
-    with CallCounter(_model.cell) as _count:
-        _h, _c = encode_recursive(_model, _tree)
-except (IndexError, RuntimeError) as _e:
-    if "out of bounds" not in str(_e):
-        raise
-    _error = str(_e).strip().splitlines()[0]
+with CallCounter(_model.cell) as _count:
+    _out, _error = attempt(encode_recursive, _model, _tree)
 check(
     _error is None,
-    f"encode_recursive({to_string(_tree)}) stopped with: {_error}. Most likely the cell got "
-    "a parent index too large for its x. An inner node calls the cell with x of one row (its "
-    "own token), and all its children belong to that one node: parent must be 0 for every "
-    "child row, not 0, 1, 2, ...",
+    f"encode_recursive(model, {to_string(_tree)}) raised {_error}. If that is an index out of "
+    "range: an inner node calls the cell with x of one row (its own token), and all its "
+    "children belong to that one node, so parent is 0 for every child row, not 0, 1, 2, ...",
 )
+check(
+    isinstance(_out, tuple) and len(_out) == 2 and all(isinstance(t, torch.Tensor) for t in _out),
+    "encode_recursive should return the pair (h, c) that the cell returns for the root.",
+)
+_h, _c = _out
 check(
     tuple(_h.shape) == (1, 8) and tuple(_c.shape) == (1, 8),
     f"encode_recursive should return (h, c) of shape (1, hidden_size); got {tuple(_h.shape)}.",
@@ -664,33 +743,47 @@ check(
 check(
     _count.calls == n_nodes(_tree),
     f"{to_string(_tree)} has {n_nodes(_tree)} nodes, so the cell should run {n_nodes(_tree)} times "
-    f"(once per node, leaves included), but it ran {_count.calls} times.",
+    f"(once per node, leaves included), but it ran {_count.calls} times. Call model.cell(...), "
+    "not model.cell.forward(...).",
 )
-_x = _model.embed(torch.tensor([5]))
-_e = torch.zeros(0, 8)
-_hl, _cl = _model.cell(_x, _e, _e, torch.zeros(0, dtype=torch.long))
+_leaf = cell_by_hand(_model, 5, [])
+_out, _error = attempt(encode_recursive, _model, 5)
+check(_error is None, f"encode_recursive(model, 5), a leaf, raised {_error}.")
 check(
-    torch.allclose(encode_recursive(_model, 5)[0], _hl),
-    "A leaf 5 should give model.cell(model.embed(torch.tensor([5])), empty, empty, empty_parent).",
+    isinstance(_out, tuple) and len(_out) == 2 and torch.allclose(_out[0], _leaf[0]),
+    "A leaf 5 should give model.cell(model.embed(torch.tensor([5])), empty, empty, empty_parent): "
+    "child_h and child_c of shape (0, hidden_size), parent torch.zeros(0, dtype=torch.long).",
 )
-_hmin = _model.cell(
-    _model.embed(torch.tensor([TOKEN["MIN"]])),
-    torch.cat([encode_recursive(_model, 4)[0], encode_recursive(_model, 7)[0]]),
-    torch.cat([encode_recursive(_model, 4)[1], encode_recursive(_model, 7)[1]]),
-    torch.zeros(2, dtype=torch.long),
-)[0]
+_hmin = cell_by_hand(_model, "MIN", [cell_by_hand(_model, 4, []), cell_by_hand(_model, 7, [])])
+_out, _ = attempt(encode_recursive, _model, parse("[MIN 4 7 ]"))
 check(
-    torch.allclose(encode_recursive(_model, parse("[MIN 4 7 ]"))[0], _hmin, atol=1e-6),
-    "[MIN 4 7 ] should be the cell on the embedding of MIN with the two leaves' states as children.",
+    isinstance(_out, tuple) and torch.allclose(_out[0], _hmin[0], atol=1e-6),
+    "[MIN 4 7 ] should be the cell on the embedding of MIN, with the two leaves' states (h and c) "
+    "as its children, in one call.",
 )
-
-
+_hmax = cell_by_hand(_model, "MAX", [cell_by_hand(_model, 2, []), _hmin])
+_out, _ = attempt(encode_recursive, _model, parse("[MAX 2 [MIN 4 7 ] ]"))
+check(
+    isinstance(_out, tuple) and torch.allclose(_out[0], _hmax[0], atol=1e-6),
+    "[MAX 2 [MIN 4 7 ] ] should be the cell on MAX with the states of the leaf 2 and of "
+    "[MIN 4 7 ] as children: encode every argument first, recursively, then the node.",
+)
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-_model_s = _stand_in_model(73, hidden_size=8, embed_size=4)
+_model_s = StandInTreeModel(73, hidden_size=8, embed_size=4)
 _r = random.Random(99)
-_trees = [3, 8, *(make_tree(_r, max_depth=5, max_args=5) for _ in range(10))]
+_chain = 0
+for _ in range(9):  # a chain 10 nodes tall, and a node with 8 arguments
+    _chain = (_r.choice(OPS), _r.randint(0, 9), _chain)
+_trees = [
+    3,
+    8,
+    0,
+    *(make_tree(_r, max_depth=5, max_args=5) for _ in range(10)),
+    _chain,
+    ("SUM", *(_r.randint(0, 9) for _ in range(8))),
+]
 _calls, _hs, _cs = [], [], []
 for _t in _trees:
     with CallCounter(_model_s.cell) as _count:
@@ -698,7 +791,10 @@ for _t in _trees:
     _calls.append(_count.calls)
     _hs.append(_h)
     _cs.append(_c)
-_what = "encode_recursive(model, tree) on 2 leaves and 10 random trees (depth <= 5, <= 5 arguments)"
+_what = (
+    "encode_recursive(model, tree) on 3 leaves, 10 random trees (depth <= 5, <= 5 arguments), "
+    "a chain 10 nodes tall and a node with 8 arguments"
+)
 observe(
     f"{_what}: cell calls",
     _calls,
@@ -706,7 +802,7 @@ observe(
     "every node, never model.cell.forward(...).",
 )
 observe(
-    f"{_what}, the cell replaced by a fixed stand-in function: root h and root c",
+    f"{_what}, the cell a stand-in (StandInTreeModel): root h and root c",
     {"root h": _hs, "root c": _cs},
     atol=1e-6,
     hint="A leaf d: x = model.embed(torch.tensor([d])) and no children. An inner node: encode "
@@ -864,7 +960,8 @@ print("roots:", toy_roots)
 #
 # Write `encode_batched(model, trees)` that returns the roots' `h`, shape
 # `(len(trees), hidden_size)`, row `b` for tree `b`, with exactly as many calls of
-# `model.cell(...)` as the tallest tree's height. A plan:
+# `model.cell(...)` as the tallest tree's height: call $k$ ($k = 1, 2, \dots$) runs all the
+# nodes of height $k$, from every tree, and only them. A plan:
 #
 # 1. `tokens, children, roots = flatten(trees)`; compute every node's height (post-order
 #    means a node's children have their heights already when you reach it);
@@ -879,8 +976,9 @@ print("roots:", toy_roots)
 #    child's node within the level), and call the cell once;
 # 4. return the rows of the roots.
 #
-# The check compares the loss and **every gradient** with `encode_recursive` on the same
-# batch, and counts the calls.
+# The checks run your encoder on a `StandInTreeModel`, compare the roots, the loss and
+# **every gradient** with the same trees unrolled by hand (`cell_by_hand`, one call per
+# node), and count the calls and the nodes in each.
 
 
 # %% nbgrader={"solution": true, "grade_id": "encode_batched"}
@@ -917,8 +1015,7 @@ def _loss_and_grads(model, roots_h, labels):
     return _loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
-torch.manual_seed(4)
-_model = TreeLSTM(hidden_size=16, embed_size=8)
+_model = StandInTreeModel(4, hidden_size=16, embed_size=8)
 _trees = [
     parse("[MIN 4 7 ]"),
     parse("[SUM 1 [MAX 2 3 ] ]"),
@@ -926,42 +1023,77 @@ _trees = [
     parse("[MED 1 [SUM 2 [MAX 3 4 ] ] ]"),
 ]
 _labels = torch.tensor([4, 4, 6, 1])
-_out = encode_batched(_model, _trees)
-check(
-    tuple(_out.shape) == (len(_trees), 16),
-    f"encode_batched should return one row per tree, shape ({len(_trees)}, 16); got {tuple(_out.shape)}.",
+_leaves = {_d: cell_by_hand(_model, _d, []) for _d in range(10)}
+_by_hand = torch.cat(
+    [
+        cell_by_hand(_model, "MIN", [_leaves[4], _leaves[7]])[0],
+        cell_by_hand(
+            _model, "SUM", [_leaves[1], cell_by_hand(_model, "MAX", [_leaves[2], _leaves[3]])]
+        )[0],
+        _leaves[6][0],
+        cell_by_hand(
+            _model,
+            "MED",
+            [
+                _leaves[1],
+                cell_by_hand(
+                    _model,
+                    "SUM",
+                    [_leaves[2], cell_by_hand(_model, "MAX", [_leaves[3], _leaves[4]])],
+                ),
+            ],
+        )[0],
+    ]
 )
-_rec = torch.cat([encode_recursive(_model, _t)[0] for _t in _trees])
-_bad = [b for b in range(len(_trees)) if not torch.allclose(_out[b], _rec[b], atol=1e-5)]
+_out, _error = attempt(encode_batched, _model, _trees)
+check(_error is None, f"encode_batched(model, trees) on 4 small trees raised {_error}.")
+check(
+    isinstance(_out, torch.Tensor) and tuple(_out.shape) == (len(_trees), 16),
+    f"encode_batched should return a tensor with one row per tree, shape ({len(_trees)}, 16); "
+    f"got {tuple(getattr(_out, 'shape', ()))}.",
+)
+_bad = [b for b in range(len(_trees)) if not torch.allclose(_out[b], _by_hand[b], atol=1e-5)]
 check(
     not _bad,
-    f"Root states differ from encode_recursive for trees {[to_string(_trees[b]) for b in _bad]}. "
+    f"Root states differ from the trees unrolled by hand for {[to_string(_trees[b]) for b in _bad]}. "
     "Is row b tree b's root? Is every node computed after all its children (a node's height is "
     "1 + the height of its TALLEST child)?",
 )
-_loss_r, _grads_r = _loss_and_grads(_model, _rec, _labels)
-_loss_b, _grads_b = _loss_and_grads(_model, encode_batched(_model, _trees), _labels)
-check(abs(_loss_r - _loss_b) < 1e-5, f"Loss: recursive {_loss_r:.6f}, batched {_loss_b:.6f}.")
-for _name in _grads_r:
+_loss_h, _grads_h = _loss_and_grads(_model, _by_hand, _labels)
+_loss_b, _grads_b = _loss_and_grads(_model, _out, _labels)
+check(abs(_loss_h - _loss_b) < 1e-5, f"Loss: by hand {_loss_h:.6f}, batched {_loss_b:.6f}.")
+for _name in _grads_h:
     check(
-        torch.allclose(_grads_r[_name], _grads_b[_name], atol=1e-5),
-        f"The gradient of {_name} differs between the recursive and the batched version: "
-        "did a state get detached or overwritten in place?",
+        torch.allclose(_grads_h[_name], _grads_b[_name], atol=1e-5),
+        f"The gradient of {_name} differs between the trees unrolled by hand and the batched "
+        "version: did a state get detached (.detach(), .data) or lost on the way?",
     )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-_model_s = _stand_in_model(74, hidden_size=16, embed_size=8)
+_model_s = StandInTreeModel(74, hidden_size=16, embed_size=8)
 _gen = torch.Generator().manual_seed(74)
 _r = random.Random(2025)
-for _size in (1, 7, 33):
-    _trees = [make_tree(_r, max_depth=5, max_args=5) for _ in range(_size)]
-    _labels = torch.randint(0, 10, (_size,), generator=_gen)
+_batches = [
+    (
+        f"{_size} random tree(s) (depth <= 5, <= 5 arguments)",
+        [make_tree(_r, 5, 5) for _ in range(_size)],
+    )
+    for _size in (1, 7, 33)
+]
+_twice = make_tree(_r, max_depth=4, max_args=3, p_subtree=0.6)
+_batches += [
+    ("a single leaf", [5]),
+    ("the ten digits, leaves only", list(range(10))),
+    ("the same random tree twice, then a leaf", [_twice, _twice, 3]),
+]
+for _what, _trees in _batches:
+    _labels = torch.randint(0, 10, (len(_trees),), generator=_gen)
     _roots = encode_batched(_model_s, _trees)
     _loss, _grads = _loss_and_grads(_model_s, _roots, _labels)
     observe(
-        f"encode_batched(model, trees) on {_size} random tree(s) (depth <= 5, <= 5 arguments), "
-        "the cell replaced by a fixed stand-in function, then cross-entropy and backward()",
+        f"encode_batched(model, trees) on {_what}, the cell a stand-in (StandInTreeModel), then "
+        "cross-entropy and backward()",
         {"root h": _roots, "loss": _loss, **{f"gradient of {_n}": _g for _n, _g in _grads.items()}},
         atol=1e-5,
         hint="Row b must be tree b's root; a node must run after all its children (its height "
@@ -971,12 +1103,12 @@ for _size in (1, 7, 33):
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_batched_calls"}
-torch.manual_seed(5)
-_model = TreeLSTM(hidden_size=16, embed_size=8)
+_model = StandInTreeModel(5, hidden_size=16, embed_size=8)
 _rng = random.Random(5)
 for _trees in ([parse("[SUM 1 [MAX 2 3 ] ]")], [5, 6, 7], [make_tree(_rng) for _ in range(64)]):
     with CallCounter(_model.cell) as _count:
-        encode_batched(_model, _trees)
+        _, _error = attempt(encode_batched, _model, _trees)
+    check(_error is None, f"encode_batched on {len(_trees)} tree(s) raised {_error}.")
     _tallest = max(height(t) for t in _trees)
     check(
         _count.calls == _tallest,
@@ -984,11 +1116,25 @@ for _trees in ([parse("[SUM 1 [MAX 2 3 ] ]")], [5, 6, 7], [make_tree(_rng) for _
         f"height {_tallest}, the cell ran {_count.calls} times; it should run {_tallest} times: "
         "one call per height, with the nodes of that height from all trees together.",
     )
+_sizes = []
+_handle = _model.cell.register_forward_hook(lambda m, i, out: _sizes.append(out[0].shape[0]))
+try:
+    attempt(encode_batched, _model, [parse("[SUM 1 [MAX 2 3 ] ]"), 5])
+finally:
+    _handle.remove()
+check(
+    _sizes == [4, 1, 1],
+    f"On [SUM 1 [MAX 2 3 ] ] and 5, the cell calls had {_sizes} nodes; they should have [4, 1, 1]: "
+    "first the four leaves (height 1: 1, 2, 3 and 5), then MAX (height 2), then SUM (height 3).",
+)
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-_model_s = _stand_in_model(75, hidden_size=16, embed_size=8)
+_model_s = StandInTreeModel(75, hidden_size=16, embed_size=8)
 _r = random.Random(77)
+_chain = 0
+for _ in range(7):  # a chain 8 nodes tall
+    _chain = (_r.choice(OPS), _chain, _r.randint(0, 9))
 _nodes_per_call = []
 _handle = _model_s.cell.register_forward_hook(
     lambda module, inputs, output: _nodes_per_call[-1].append(int(output[0].shape[0]))
@@ -997,6 +1143,8 @@ try:
     for _trees in (
         [parse("[SUM 1 [MAX 2 [MIN 3 [MED 4 5 6 ] ] ] ]")],
         [5, 6, 7],
+        [5],
+        [_chain, 4, parse("[MIN 1 [MAX 2 3 ] ]")],
         *(
             [make_tree(_r, max_depth=6, max_args=3, p_subtree=0.5) for _ in range(_size)]
             for _size in (2, 9, 50)
@@ -1007,8 +1155,9 @@ try:
 finally:
     _handle.remove()
 observe(
-    "encode_batched(model, trees) on 5 batches (a chain of 4 operators; 3 leaves; 2, 9 and 50 "
-    "random trees of depth <= 6): the number of nodes in each cell call, in call order",
+    "encode_batched(model, trees) on 7 batches (a chain of 4 operators; 3 leaves; 1 leaf; a "
+    "chain 8 tall with a leaf and a tree of height 3; 2, 9 and 50 random trees of depth <= 6): "
+    "the number of nodes in each cell call, in call order",
     _nodes_per_call,
     hint="One call of the cell per height, 1, 2, 3, ... up to the tallest tree's, each with all "
     "the nodes of that height from all the trees together.",
