@@ -36,8 +36,10 @@
 
 # %% nbgrader={"locked": true, "grade_id": "setup"}
 # %course-setup
+import io
 import os
 import random
+import re
 import time
 
 import matplotlib.pyplot as plt
@@ -51,6 +53,19 @@ from tqdm.auto import tqdm
 torch.set_num_threads(1)
 # nbgrader sets NBGRADER_EXECUTION while grading: then the training runs are short.
 GRADING = "NBGRADER_EXECUTION" in os.environ
+
+
+def attempt(fn, *args, **kwargs):
+    """(fn(*args, **kwargs), None), or (None, "the error, in one line") when it raises: the
+    checks use it to say in words which call failed. An exercise that still raises
+    NotImplementedError is not answered yet: that stops the check."""
+    try:
+        return fn(*args, **kwargs), None
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        text = str(error).strip().splitlines()
+        return None, f"{type(error).__name__}: {text[0][:200] if text else ''}"
 
 
 print("torch", torch.__version__, "| grading run" if GRADING else "| full run")
@@ -158,25 +173,39 @@ def evaluate(tree):
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_evaluate"}
+def _evaluate_text(text):
+    """evaluate(parse(text)), or None and the error it raised, in words."""
+    return attempt(evaluate, parse(text))
+
+
 for _text, _want in [("7", 7), ("[MIN 4 7 2 ]", 2), ("[MAX 2 9 0 ]", 9), ("[SUM 5 8 ]", 3)]:
-    _got = evaluate(parse(_text))
+    _got, _error = _evaluate_text(_text)
+    check(_error is None, f"evaluate({_text}) raised {_error}.")
     check(_got == _want, f"evaluate({_text}) should be {_want}, got {_got}.")
 for _text, _want in [("[MED 3 1 2 ]", 2), ("[MED 8 1 5 3 ]", 3), ("[MED 9 4 ]", 4)]:
-    _got = evaluate(parse(_text))
+    _got, _error = _evaluate_text(_text)
+    check(_error is None, f"evaluate({_text}) raised {_error}.")
     check(
         _got == _want,
         f"evaluate({_text}) should be {_want}, got {_got}. MED sorts the arguments and takes the "
         "middle one; with an even number of them, the lower of the two middle ones (an int).",
     )
 _text = "[MAX 2 9 [MIN 4 7 ] 0 ]"
-check(evaluate(parse(_text)) == 9, f"evaluate({_text}) should be 9: evaluate the arguments first.")
+_got, _error = _evaluate_text(_text)
+check(_error is None, f"evaluate({_text}) raised {_error}: evaluate the arguments first.")
+check(_got == 9, f"evaluate({_text}) should be 9, got {_got}: evaluate the arguments first.")
 _text = "[SUM [MAX 8 2 ] [SUM 9 9 ] 1 ]"
+_got, _error = _evaluate_text(_text)
+check(_error is None, f"evaluate({_text}) raised {_error}.")
 check(
-    evaluate(parse(_text)) == 7,
-    f"evaluate({_text}) should be (8 + 8 + 1) % 10 = 7, got {evaluate(parse(_text))}: "
+    _got == 7,
+    f"evaluate({_text}) should be (8 + 8 + 1) % 10 = 7, got {_got}: "
     "a nested SUM is already reduced modulo 10.",
 )
-check(isinstance(evaluate(parse("[MED 8 1 5 3 ]")), int), "evaluate should return an int.")
+check(
+    isinstance(_evaluate_text("[MED 8 1 5 3 ]")[0], int),
+    "evaluate should return an int (for MED too: pick an argument, do not average two).",
+)
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
@@ -206,6 +235,29 @@ observe(
     "evaluate(tree) on 500 random trees (depth <= 5, <= 6 arguments)",
     [evaluate(make_tree(_r, max_depth=5, max_args=6)) for _ in range(500)],
     hint="Evaluate every argument first (recursion), then apply the operator to their values.",
+)
+# Beside the generator's limits: bare digits (a tree of one leaf), one argument (the generator
+# makes 2 or more), nine arguments, and trees deeper than any in the data.
+_one_arg = [(_op, _r.randint(0, 9)) for _op in OPS for _ in range(5)]
+_nine_args = [(_op, *(_r.randint(0, 9) for _ in range(9))) for _op in OPS for _ in range(5)]
+_deep = []
+for _ in range(20):
+    _t = _r.randint(0, 9)
+    for _level in range(_r.randint(6, 12)):  # a chain: each operator has one subtree argument
+        _args = [_t, *(_r.randint(0, 9) for _ in range(_r.randint(1, 3)))]
+        _r.shuffle(_args)
+        _t = (_r.choice(OPS), *_args)
+    _deep.append(_t)
+observe(
+    "evaluate(tree) beside the generator's limits",
+    {
+        "a bare digit 0 to 9": [evaluate(_d) for _d in range(10)],
+        "one argument, each operator": [evaluate(_t) for _t in _one_arg],
+        "nine arguments, each operator": [evaluate(_t) for _t in _nine_args],
+        "chains 7 to 13 operators deep": [evaluate(_t) for _t in _deep],
+    },
+    hint="A leaf is its own value; with one argument, MIN, MAX and MED give it and SUM gives it "
+    "modulo 10; evaluate every argument first, however deep the tree.",
 )
 ### END HIDDEN TESTS
 
@@ -313,13 +365,25 @@ _cell = ChildSumTreeLSTMCell(3, 4)
 _x = torch.randn(3, 3)
 _ch, _cc = torch.randn(4, 4), torch.randn(4, 4)
 _parent = torch.tensor([0, 0, 2, 2])  # node 0 and node 2 have two children each, node 1 none
-_h, _c = _cell(_x, _ch, _cc, _parent)
+_out, _error = attempt(_cell, _x, _ch, _cc, _parent)
+check(_error is None, f"The cell on 3 nodes with 4 children raised {_error}.")
+check(
+    isinstance(_out, tuple) and len(_out) == 2 and all(isinstance(t, torch.Tensor) for t in _out),
+    "forward should return a pair of tensors (h, c).",
+)
+_h, _c = _out
 check(
     tuple(_h.shape) == (3, 4) and tuple(_c.shape) == (3, 4),
     f"h and c should have one row per node, shape (3, 4); got {tuple(_h.shape)}, {tuple(_c.shape)}.",
 )
 _empty = torch.zeros(0, 4)
-_h1, _c1 = _cell(_x[1:2], _empty, _empty, torch.zeros(0, dtype=torch.long))
+_out, _error = attempt(_cell, _x[1:2], _empty, _empty, torch.zeros(0, dtype=torch.long))
+check(
+    _error is None,
+    f"The cell on one node with no children (child_h and child_c of shape (0, 4), an empty "
+    f"parent) raised {_error}. A leaf has no children: its sums are zero.",
+)
+_h1, _c1 = _out
 check(
     torch.allclose(_h[1:2], _h1, atol=1e-6) and torch.allclose(_c[1:2], _c1, atol=1e-6),
     "Node 1 (no children) gives a different result inside a batch than alone: each node must "
@@ -368,7 +432,6 @@ with torch.no_grad():
     _hf, _cf = _fixed(_xf, _chf, _ccf, torch.tensor([0, 0, 2]))
 _want_h = torch.tensor([[0.14785, -0.08437], [0.63562, -0.39820], [-0.21096, -0.59334]])
 _want_c = torch.tensor([[0.14922, -0.13398], [0.82531, -0.46760], [-0.42753, -0.79195]])
-_c_ok = torch.allclose(_cf, _want_c, atol=1e-4)
 
 
 def _rows(t):
@@ -376,19 +439,18 @@ def _rows(t):
 
 
 check(
-    _c_ok and torch.allclose(_hf, _want_h, atol=1e-4),
+    torch.allclose(_cf, _want_c, atol=1e-4),
     "Fixed case (3 nodes, weights from torch.Generator().manual_seed(7)): expected\n"
-    f"  h = {_rows(_want_h)}\n  c = {_rows(_want_c)}\n"
-    f"got\n  h = {_rows(_hf)}\n  c = {_rows(_cf)}\n"
-    + (
-        "c is right but h is not: h_j = o_j * tanh(c_j), with the tanh, and o_j the sigmoid of "
-        "the output gate's columns."
-        if _c_ok
-        else "Usual suspects: the order of the gates in the columns of self.W(x) and "
-        "self.U_iou(...) is i, o, u (then f for W): which chunk did you call what? Each "
-        "child's forget gate needs the W_f x_j + b_f term of its parent node j, not only U_f h_k. "
-        "And h_j = o_j * tanh(c_j), with the tanh."
-    ),
+    f"  c = {_rows(_want_c)}\ngot\n  c = {_rows(_cf)}\n"
+    "Usual suspects: the order of the gates in the columns of self.W(x) and self.U_iou(...) is "
+    "i, o, u (then f for W): which chunk did you call what? Each child's forget gate needs the "
+    "W_f x_j + b_f term of its parent node j, not only U_f h_k.",
+)
+check(
+    torch.allclose(_hf, _want_h, atol=1e-4),
+    "Fixed case (3 nodes, weights from torch.Generator().manual_seed(7)): c is right but h is "
+    f"not: expected\n  h = {_rows(_want_h)}\ngot\n  h = {_rows(_hf)}\n"
+    "h_j = o_j * tanh(c_j), with the tanh, and o_j the sigmoid of the output gate's columns.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -414,8 +476,9 @@ observe(
     hint="Each child k needs its own forget gate f_jk = sigmoid(W_f x_j + U_f h_k + b_f), from "
     "its own h_k (not from the sum of the children), multiplied with its own c_k.",
 )
-# Random weights and inputs, sizes unlike the visible checks, parents in random order.
-for _n, _m, _H, _E in [(5, 9, 6, 4), (1, 3, 2, 5), (8, 12, 3, 3)]:
+# Random weights and inputs, sizes unlike the visible checks, parents in random order; then
+# no children at all (every node a leaf), and ten children of one node beside a leaf.
+for _n, _m, _H, _E in [(5, 9, 6, 4), (1, 3, 2, 5), (8, 12, 3, 3), (4, 0, 3, 2), (2, 10, 4, 3)]:
     _cell = ChildSumTreeLSTMCell(_E, _H)
     with torch.no_grad():  # weights from an explicit generator, not from the global RNG
         for _name, _p in sorted(_cell.named_parameters()):
@@ -447,18 +510,15 @@ _x = torch.randn(3, 2, dtype=torch.float64, requires_grad=True)
 _ch = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
 _cc = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
 _parent = torch.tensor([0, 0, 2, 2])
-try:
-    _ok = torch.autograd.gradcheck(lambda a, b, c: _cell(a, b, c, _parent), (_x, _ch, _cc))
-except NotImplementedError:
-    raise
-except RuntimeError as _error:
-    _ok = False
-    print("gradcheck stopped:", str(_error)[:300])
+_ok, _error = attempt(
+    torch.autograd.gradcheck, lambda a, b, c: _cell(a, b, c, _parent), (_x, _ch, _cc)
+)
 check(
-    _ok,
-    "gradcheck failed in float64. If the message above is about Float and Double, a tensor you "
-    "create inside forward is float32: make it with x.new_zeros(...) so it follows x's dtype. "
-    "Otherwise something in forward is not differentiable (.item(), .detach(), torch.no_grad).",
+    _error is None and _ok,
+    f"gradcheck failed in float64 ({_error or 'autograd and finite differences disagree'}). "
+    "If that is about Float and Double, a tensor you create inside forward is float32: make it "
+    "with x.new_zeros(...) so it follows x's dtype. Otherwise something in forward is not "
+    "differentiable (.item(), .detach(), .data, torch.no_grad).",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -575,6 +635,57 @@ class CallCounter:
 
 
 # %% [markdown]
+# The checks of exercises 3 and 4 run your encoders on a `StandInTreeModel`: a `TreeLSTM`
+# whose cell is a *stand-in*, a fixed function with the same arguments and results as your
+# cell that is not a Tree-LSTM cell. It uses every argument, pairs each child's `h` with its
+# own `c`, and does not care about the order of the children, so the checks see exactly what
+# your encoder hands to the cell, and a mistake in exercise 2 costs points only there.
+
+
+# %% nbgrader={"locked": true, "grade_id": "stand_in"}
+class StandInCell(nn.Module):
+    def __init__(self, input_size, hidden_size):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.W = nn.Linear(input_size, 4 * hidden_size)
+        self.U = nn.Linear(hidden_size, 4 * hidden_size, bias=False)
+
+    def forward(self, x, child_h, child_c, parent):
+        a, b, d, e = self.U(child_h).chunk(4, dim=1)
+        per_child = torch.tanh(e + a) * child_c + b * d
+        gathered = x.new_zeros(x.shape[0], self.hidden_size).index_add(0, parent, per_child)
+        p, q, r, s = self.W(x).chunk(4, dim=1)
+        c = torch.tanh(p + gathered) * torch.sigmoid(q)
+        return torch.tanh(r * c + s), c
+
+
+class StandInTreeModel(nn.Module):
+    """TreeLSTM's parts (embed, cell, out, hidden_size), the cell a StandInCell, and every
+    weight drawn from `seed`."""
+
+    def __init__(self, seed, hidden_size=8, embed_size=4):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.embed = nn.Embedding(len(VOCAB), embed_size)
+        self.cell = StandInCell(embed_size, hidden_size)
+        self.out = nn.Linear(hidden_size, 10)
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for _, p in sorted(self.named_parameters()):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+
+
+def cell_by_hand(model, token, children):
+    """One call of model.cell for one node: its token (a digit or an operator) and the (h, c)
+    of its children, already computed. The checks unroll small trees with it."""
+    x = model.embed(torch.tensor([token if isinstance(token, int) else TOKEN[token]]))
+    empty = x.new_zeros(0, model.hidden_size)
+    child_h = torch.cat([h for h, _ in children]) if children else empty
+    child_c = torch.cat([c for _, c in children]) if children else empty
+    return model.cell(x, child_h, child_c, torch.zeros(len(children), dtype=torch.long))
+
+
+# %% [markdown]
 # ### Exercise 3 (2 points): one node at a time
 #
 # Write `encode_recursive(model, tree)` that returns the root's `(h, c)`, each of shape
@@ -608,53 +719,21 @@ def encode_recursive(model, tree):
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_encode_recursive"}
-### BEGIN HIDDEN TESTS
-# (first, so that test_batched_equal and test_batched_calls have it even when a check here
-# fails)
-def _stand_in_model(seed, hidden_size, embed_size):
-    """A TreeLSTM with weights from `seed` whose cell runs a fixed stand-in function of the
-    same arguments instead of exercise 2's cell: it is not a Tree-LSTM cell, it only uses
-    every argument, pairs each child's h with its own c and ignores the order of the
-    children. What is recorded with it depends on encode_recursive / encode_batched only,
-    whether the student's cell is right or not."""
-    gen = torch.Generator().manual_seed(seed)
-    model = TreeLSTM(hidden_size=hidden_size, embed_size=embed_size)
-    with torch.no_grad():
-        for _, p in sorted(model.named_parameters()):
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
-    cell, H = model.cell, hidden_size
-
-    def stand_in(x, child_h, child_c, parent):
-        a, b, d = cell.U_iou(child_h).chunk(3, dim=1)
-        per_child = torch.tanh(cell.U_f(child_h) + a) * child_c + b * d
-        gathered = x.new_zeros(x.shape[0], H).index_add(0, parent, per_child)
-        p, q, r, s = cell.W(x).chunk(4, dim=1)
-        c = torch.tanh(p + gathered) * torch.sigmoid(q)
-        return torch.tanh(r * c + s), c
-
-    cell.forward = stand_in
-    return model
-
-
-### END HIDDEN TESTS
-torch.manual_seed(3)
-_model = TreeLSTM(hidden_size=8, embed_size=4)
+_model = StandInTreeModel(3, hidden_size=8, embed_size=4)
 _tree = parse("[MAX 2 9 [MIN 4 7 ] 0 ]")
-_error = None
-try:
-    with CallCounter(_model.cell) as _count:
-        _h, _c = encode_recursive(_model, _tree)
-except (IndexError, RuntimeError) as _e:
-    if "out of bounds" not in str(_e):
-        raise
-    _error = str(_e).strip().splitlines()[0]
+with CallCounter(_model.cell) as _count:
+    _out, _error = attempt(encode_recursive, _model, _tree)
 check(
     _error is None,
-    f"encode_recursive({to_string(_tree)}) stopped with: {_error}. Most likely the cell got "
-    "a parent index too large for its x. An inner node calls the cell with x of one row (its "
-    "own token), and all its children belong to that one node: parent must be 0 for every "
-    "child row, not 0, 1, 2, ...",
+    f"encode_recursive(model, {to_string(_tree)}) raised {_error}. If that is an index out of "
+    "range: an inner node calls the cell with x of one row (its own token), and all its "
+    "children belong to that one node, so parent is 0 for every child row, not 0, 1, 2, ...",
 )
+check(
+    isinstance(_out, tuple) and len(_out) == 2 and all(isinstance(t, torch.Tensor) for t in _out),
+    "encode_recursive should return the pair (h, c) that the cell returns for the root.",
+)
+_h, _c = _out
 check(
     tuple(_h.shape) == (1, 8) and tuple(_c.shape) == (1, 8),
     f"encode_recursive should return (h, c) of shape (1, hidden_size); got {tuple(_h.shape)}.",
@@ -662,33 +741,47 @@ check(
 check(
     _count.calls == n_nodes(_tree),
     f"{to_string(_tree)} has {n_nodes(_tree)} nodes, so the cell should run {n_nodes(_tree)} times "
-    f"(once per node, leaves included), but it ran {_count.calls} times.",
+    f"(once per node, leaves included), but it ran {_count.calls} times. Call model.cell(...), "
+    "not model.cell.forward(...).",
 )
-_x = _model.embed(torch.tensor([5]))
-_e = torch.zeros(0, 8)
-_hl, _cl = _model.cell(_x, _e, _e, torch.zeros(0, dtype=torch.long))
+_leaf = cell_by_hand(_model, 5, [])
+_out, _error = attempt(encode_recursive, _model, 5)
+check(_error is None, f"encode_recursive(model, 5), a leaf, raised {_error}.")
 check(
-    torch.allclose(encode_recursive(_model, 5)[0], _hl),
-    "A leaf 5 should give model.cell(model.embed(torch.tensor([5])), empty, empty, empty_parent).",
+    isinstance(_out, tuple) and len(_out) == 2 and torch.allclose(_out[0], _leaf[0]),
+    "A leaf 5 should give model.cell(model.embed(torch.tensor([5])), empty, empty, empty_parent): "
+    "child_h and child_c of shape (0, hidden_size), parent torch.zeros(0, dtype=torch.long).",
 )
-_hmin = _model.cell(
-    _model.embed(torch.tensor([TOKEN["MIN"]])),
-    torch.cat([encode_recursive(_model, 4)[0], encode_recursive(_model, 7)[0]]),
-    torch.cat([encode_recursive(_model, 4)[1], encode_recursive(_model, 7)[1]]),
-    torch.zeros(2, dtype=torch.long),
-)[0]
+_hmin = cell_by_hand(_model, "MIN", [cell_by_hand(_model, 4, []), cell_by_hand(_model, 7, [])])
+_out, _ = attempt(encode_recursive, _model, parse("[MIN 4 7 ]"))
 check(
-    torch.allclose(encode_recursive(_model, parse("[MIN 4 7 ]"))[0], _hmin, atol=1e-6),
-    "[MIN 4 7 ] should be the cell on the embedding of MIN with the two leaves' states as children.",
+    isinstance(_out, tuple) and torch.allclose(_out[0], _hmin[0], atol=1e-6),
+    "[MIN 4 7 ] should be the cell on the embedding of MIN, with the two leaves' states (h and c) "
+    "as its children, in one call.",
 )
-
-
+_hmax = cell_by_hand(_model, "MAX", [cell_by_hand(_model, 2, []), _hmin])
+_out, _ = attempt(encode_recursive, _model, parse("[MAX 2 [MIN 4 7 ] ]"))
+check(
+    isinstance(_out, tuple) and torch.allclose(_out[0], _hmax[0], atol=1e-6),
+    "[MAX 2 [MIN 4 7 ] ] should be the cell on MAX with the states of the leaf 2 and of "
+    "[MIN 4 7 ] as children: encode every argument first, recursively, then the node.",
+)
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-_model_s = _stand_in_model(73, hidden_size=8, embed_size=4)
+_model_s = StandInTreeModel(73, hidden_size=8, embed_size=4)
 _r = random.Random(99)
-_trees = [3, 8, *(make_tree(_r, max_depth=5, max_args=5) for _ in range(10))]
+_chain = 0
+for _ in range(9):  # a chain 10 nodes tall, and a node with 8 arguments
+    _chain = (_r.choice(OPS), _r.randint(0, 9), _chain)
+_trees = [
+    3,
+    8,
+    0,
+    *(make_tree(_r, max_depth=5, max_args=5) for _ in range(10)),
+    _chain,
+    ("SUM", *(_r.randint(0, 9) for _ in range(8))),
+]
 _calls, _hs, _cs = [], [], []
 for _t in _trees:
     with CallCounter(_model_s.cell) as _count:
@@ -696,7 +789,10 @@ for _t in _trees:
     _calls.append(_count.calls)
     _hs.append(_h)
     _cs.append(_c)
-_what = "encode_recursive(model, tree) on 2 leaves and 10 random trees (depth <= 5, <= 5 arguments)"
+_what = (
+    "encode_recursive(model, tree) on 3 leaves, 10 random trees (depth <= 5, <= 5 arguments), "
+    "a chain 10 nodes tall and a node with 8 arguments"
+)
 observe(
     f"{_what}: cell calls",
     _calls,
@@ -704,7 +800,7 @@ observe(
     "every node, never model.cell.forward(...).",
 )
 observe(
-    f"{_what}, the cell replaced by a fixed stand-in function: root h and root c",
+    f"{_what}, the cell a stand-in (StandInTreeModel): root h and root c",
     {"root h": _hs, "root c": _cs},
     atol=1e-6,
     hint="A leaf d: x = model.embed(torch.tensor([d])) and no children. An inner node: encode "
@@ -715,8 +811,86 @@ observe(
 
 # %% [markdown]
 # Every cell call added its own nodes to the autograd graph, and `backward()` walks back
-# through all of them. For a batch of trees we call `encode_recursive` once per tree and
-# stack the roots: correct, but the cell runs once per node, on a single row. Count it:
+# through all of them. See it on a small tree: on the left `[MAX 2 [MIN 4 7 ] ]`, each node
+# drawn at its height (leaves at 1); on the right, `draw()` of the graph that
+# `encode_recursive` built for it, with a tiny model (hidden size 2) so that only the
+# structure matters. The cell's operations appear five times, once per node of the tree:
+# the copy for `MIN` takes its inputs from the copies for 4 and 7, the copy for `MAX` from
+# those for 2 and `MIN`, down to the root `h` at the bottom. The boxes at the top are the
+# parameters, the same few tensors feeding all five copies, so their gradients add up over
+# the nodes. Another tree builds another graph from the same parameters.
+
+
+# %%
+def plot_tree(tree, ax):
+    """Draw a ListOps tree on `ax`: leaves in a row at the bottom, each node at its height."""
+    spots, edges = [], []  # spots: (x, y, label) of each node; edges: (parent, child)
+
+    def place(node, next_leaf):
+        if isinstance(node, int):
+            spots.append((next_leaf, 1, str(node)))
+            return len(spots) - 1, next_leaf + 1
+        kids = []
+        for arg in node[1:]:
+            kid, next_leaf = place(arg, next_leaf)
+            kids.append(kid)
+        spots.append((sum(spots[k][0] for k in kids) / len(kids), height(node), node[0]))
+        edges.extend((len(spots) - 1, k) for k in kids)
+        return len(spots) - 1, next_leaf
+
+    place(tree, 0)
+    for a, b in edges:
+        ax.plot([spots[a][0], spots[b][0]], [spots[a][1], spots[b][1]], color="gray", zorder=1)
+    for x, y, label in spots:
+        color = "white" if label.isdigit() else "lightblue"
+        ax.text(x, y, label, ha="center", va="center", bbox={"boxstyle": "round", "fc": color})
+    ax.set_xlim(-0.7, max(x for x, _, _ in spots) + 0.7)
+    ax.set_ylim(0.5, height(tree) + 0.5)
+    ax.set_yticks(range(1, height(tree) + 1))
+    ax.set_ylabel("height")
+    for side in ("top", "right", "bottom"):
+        ax.spines[side].set_visible(False)
+    ax.set_xticks([])
+
+
+class SideBySide:
+    """A small picture and, beside it, a large one scaled to the width left (two SVG texts);
+    the cell's last expression, so that the notebook shows it."""
+
+    def __init__(self, small, large):
+        self.small = small[small.index("<svg") :]
+        self.large = large[large.index("<svg") :] if large else ""
+
+    def _repr_html_(self):
+        fitted = re.sub(
+            r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1 width="100%"', self.large
+        )
+        return (
+            '<div style="display:flex; gap:24px; align-items:flex-start">'
+            f'<div style="flex:none">{self.small}</div>'
+            f'<div style="flex:1; min-width:0; max-width:900px">{fitted}</div></div>'
+        )
+
+    def __repr__(self):
+        return "<a tree and its autograd graph: display it in a notebook>"
+
+
+small_tree = parse("[MAX 2 [MIN 4 7 ] ]")
+torch.manual_seed(0)
+small_model = TreeLSTM(hidden_size=2, embed_size=2)
+small_h, _ = encode_recursive(small_model, small_tree)
+fig, ax = plt.subplots(figsize=(2.8, 2.6))
+plot_tree(small_tree, ax)
+ax.set_title(to_string(small_tree), fontsize=9)
+tree_svg = io.StringIO()
+fig.savefig(tree_svg, format="svg", bbox_inches="tight")
+plt.close(fig)
+graph_picture = draw(small_h, params=dict(small_model.named_parameters()))
+SideBySide(tree_svg.getvalue(), graph_picture.svg if graph_picture else None)
+
+# %% [markdown]
+# For a batch of trees we call `encode_recursive` once per tree and stack the roots:
+# correct, but the cell runs once per node, on a single row. Count it:
 
 # %%
 torch.manual_seed(0)
@@ -734,8 +908,17 @@ print("tallest tree:", max(height(t) for t in batch))
 # node whose children are all leaves; and so on: all nodes of **height** $k$ (over all the
 # trees of the batch) only need nodes of height less than $k$. So the whole batch needs as
 # many calls of the cell as the **tallest tree's height**, whatever the number of nodes.
-# This is the topological *frontier*; DyNet's autobatching and TensorFlow Fold find the same
-# schedule automatically.
+#
+# This schedule, one batch per height, is *depth-based batching*: TensorFlow Fold batches
+# this way (Looks et al., 2017, where the "depth" of a node is what we call its height).
+# DyNet's automatic batching (Neubig, Goldberg and Dyer, 2017; switched on with
+# `--dynet-autobatch 1`) batches single operations rather than whole cells, and by default
+# it schedules them differently, with an **agenda**: it keeps the operations whose inputs
+# are all computed, groups them by signature (the same operation on the same shapes), and
+# runs one group at a time, choosing by a heuristic: first the group whose signature has the
+# lowest average depth in the whole graph. So it may run together operations that sit at
+# different depths, which a depth schedule never does. Depth-based batching is there too,
+# as DyNet's other strategy.
 #
 # `flatten(trees)` lists the nodes of a batch in post-order (children before their parent)
 # and numbers them 0, 1, 2, ... across all trees:
@@ -775,7 +958,8 @@ print("roots:", toy_roots)
 #
 # Write `encode_batched(model, trees)` that returns the roots' `h`, shape
 # `(len(trees), hidden_size)`, row `b` for tree `b`, with exactly as many calls of
-# `model.cell(...)` as the tallest tree's height. A plan:
+# `model.cell(...)` as the tallest tree's height: call $k$ ($k = 1, 2, \dots$) runs all the
+# nodes of height $k$, from every tree, and only them. A plan:
 #
 # 1. `tokens, children, roots = flatten(trees)`; compute every node's height (post-order
 #    means a node's children have their heights already when you reach it);
@@ -790,8 +974,9 @@ print("roots:", toy_roots)
 #    child's node within the level), and call the cell once;
 # 4. return the rows of the roots.
 #
-# The check compares the loss and **every gradient** with `encode_recursive` on the same
-# batch, and counts the calls.
+# The checks run your encoder on a `StandInTreeModel`, compare the roots, the loss and
+# **every gradient** with the same trees unrolled by hand (`cell_by_hand`, one call per
+# node), and count the calls and the nodes in each.
 
 
 # %% nbgrader={"solution": true, "grade_id": "encode_batched"}
@@ -828,8 +1013,7 @@ def _loss_and_grads(model, roots_h, labels):
     return _loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
-torch.manual_seed(4)
-_model = TreeLSTM(hidden_size=16, embed_size=8)
+_model = StandInTreeModel(4, hidden_size=16, embed_size=8)
 _trees = [
     parse("[MIN 4 7 ]"),
     parse("[SUM 1 [MAX 2 3 ] ]"),
@@ -837,42 +1021,77 @@ _trees = [
     parse("[MED 1 [SUM 2 [MAX 3 4 ] ] ]"),
 ]
 _labels = torch.tensor([4, 4, 6, 1])
-_out = encode_batched(_model, _trees)
-check(
-    tuple(_out.shape) == (len(_trees), 16),
-    f"encode_batched should return one row per tree, shape ({len(_trees)}, 16); got {tuple(_out.shape)}.",
+_leaves = {_d: cell_by_hand(_model, _d, []) for _d in range(10)}
+_by_hand = torch.cat(
+    [
+        cell_by_hand(_model, "MIN", [_leaves[4], _leaves[7]])[0],
+        cell_by_hand(
+            _model, "SUM", [_leaves[1], cell_by_hand(_model, "MAX", [_leaves[2], _leaves[3]])]
+        )[0],
+        _leaves[6][0],
+        cell_by_hand(
+            _model,
+            "MED",
+            [
+                _leaves[1],
+                cell_by_hand(
+                    _model,
+                    "SUM",
+                    [_leaves[2], cell_by_hand(_model, "MAX", [_leaves[3], _leaves[4]])],
+                ),
+            ],
+        )[0],
+    ]
 )
-_rec = torch.cat([encode_recursive(_model, _t)[0] for _t in _trees])
-_bad = [b for b in range(len(_trees)) if not torch.allclose(_out[b], _rec[b], atol=1e-5)]
+_out, _error = attempt(encode_batched, _model, _trees)
+check(_error is None, f"encode_batched(model, trees) on 4 small trees raised {_error}.")
+check(
+    isinstance(_out, torch.Tensor) and tuple(_out.shape) == (len(_trees), 16),
+    f"encode_batched should return a tensor with one row per tree, shape ({len(_trees)}, 16); "
+    f"got {tuple(getattr(_out, 'shape', ()))}.",
+)
+_bad = [b for b in range(len(_trees)) if not torch.allclose(_out[b], _by_hand[b], atol=1e-5)]
 check(
     not _bad,
-    f"Root states differ from encode_recursive for trees {[to_string(_trees[b]) for b in _bad]}. "
+    f"Root states differ from the trees unrolled by hand for {[to_string(_trees[b]) for b in _bad]}. "
     "Is row b tree b's root? Is every node computed after all its children (a node's height is "
     "1 + the height of its TALLEST child)?",
 )
-_loss_r, _grads_r = _loss_and_grads(_model, _rec, _labels)
-_loss_b, _grads_b = _loss_and_grads(_model, encode_batched(_model, _trees), _labels)
-check(abs(_loss_r - _loss_b) < 1e-5, f"Loss: recursive {_loss_r:.6f}, batched {_loss_b:.6f}.")
-for _name in _grads_r:
+_loss_h, _grads_h = _loss_and_grads(_model, _by_hand, _labels)
+_loss_b, _grads_b = _loss_and_grads(_model, _out, _labels)
+check(abs(_loss_h - _loss_b) < 1e-5, f"Loss: by hand {_loss_h:.6f}, batched {_loss_b:.6f}.")
+for _name in _grads_h:
     check(
-        torch.allclose(_grads_r[_name], _grads_b[_name], atol=1e-5),
-        f"The gradient of {_name} differs between the recursive and the batched version: "
-        "did a state get detached or overwritten in place?",
+        torch.allclose(_grads_h[_name], _grads_b[_name], atol=1e-5),
+        f"The gradient of {_name} differs between the trees unrolled by hand and the batched "
+        "version: did a state get detached (.detach(), .data) or lost on the way?",
     )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-_model_s = _stand_in_model(74, hidden_size=16, embed_size=8)
+_model_s = StandInTreeModel(74, hidden_size=16, embed_size=8)
 _gen = torch.Generator().manual_seed(74)
 _r = random.Random(2025)
-for _size in (1, 7, 33):
-    _trees = [make_tree(_r, max_depth=5, max_args=5) for _ in range(_size)]
-    _labels = torch.randint(0, 10, (_size,), generator=_gen)
+_batches = [
+    (
+        f"{_size} random tree(s) (depth <= 5, <= 5 arguments)",
+        [make_tree(_r, 5, 5) for _ in range(_size)],
+    )
+    for _size in (1, 7, 33)
+]
+_twice = make_tree(_r, max_depth=4, max_args=3, p_subtree=0.6)
+_batches += [
+    ("a single leaf", [5]),
+    ("the ten digits, leaves only", list(range(10))),
+    ("the same random tree twice, then a leaf", [_twice, _twice, 3]),
+]
+for _what, _trees in _batches:
+    _labels = torch.randint(0, 10, (len(_trees),), generator=_gen)
     _roots = encode_batched(_model_s, _trees)
     _loss, _grads = _loss_and_grads(_model_s, _roots, _labels)
     observe(
-        f"encode_batched(model, trees) on {_size} random tree(s) (depth <= 5, <= 5 arguments), "
-        "the cell replaced by a fixed stand-in function, then cross-entropy and backward()",
+        f"encode_batched(model, trees) on {_what}, the cell a stand-in (StandInTreeModel), then "
+        "cross-entropy and backward()",
         {"root h": _roots, "loss": _loss, **{f"gradient of {_n}": _g for _n, _g in _grads.items()}},
         atol=1e-5,
         hint="Row b must be tree b's root; a node must run after all its children (its height "
@@ -882,12 +1101,12 @@ for _size in (1, 7, 33):
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_batched_calls"}
-torch.manual_seed(5)
-_model = TreeLSTM(hidden_size=16, embed_size=8)
+_model = StandInTreeModel(5, hidden_size=16, embed_size=8)
 _rng = random.Random(5)
 for _trees in ([parse("[SUM 1 [MAX 2 3 ] ]")], [5, 6, 7], [make_tree(_rng) for _ in range(64)]):
     with CallCounter(_model.cell) as _count:
-        encode_batched(_model, _trees)
+        _, _error = attempt(encode_batched, _model, _trees)
+    check(_error is None, f"encode_batched on {len(_trees)} tree(s) raised {_error}.")
     _tallest = max(height(t) for t in _trees)
     check(
         _count.calls == _tallest,
@@ -895,11 +1114,25 @@ for _trees in ([parse("[SUM 1 [MAX 2 3 ] ]")], [5, 6, 7], [make_tree(_rng) for _
         f"height {_tallest}, the cell ran {_count.calls} times; it should run {_tallest} times: "
         "one call per height, with the nodes of that height from all trees together.",
     )
+_sizes = []
+_handle = _model.cell.register_forward_hook(lambda m, i, out: _sizes.append(out[0].shape[0]))
+try:
+    attempt(encode_batched, _model, [parse("[SUM 1 [MAX 2 3 ] ]"), 5])
+finally:
+    _handle.remove()
+check(
+    _sizes == [4, 1, 1],
+    f"On [SUM 1 [MAX 2 3 ] ] and 5, the cell calls had {_sizes} nodes; they should have [4, 1, 1]: "
+    "first the four leaves (height 1: 1, 2, 3 and 5), then MAX (height 2), then SUM (height 3).",
+)
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-_model_s = _stand_in_model(75, hidden_size=16, embed_size=8)
+_model_s = StandInTreeModel(75, hidden_size=16, embed_size=8)
 _r = random.Random(77)
+_chain = 0
+for _ in range(7):  # a chain 8 nodes tall
+    _chain = (_r.choice(OPS), _chain, _r.randint(0, 9))
 _nodes_per_call = []
 _handle = _model_s.cell.register_forward_hook(
     lambda module, inputs, output: _nodes_per_call[-1].append(int(output[0].shape[0]))
@@ -908,6 +1141,8 @@ try:
     for _trees in (
         [parse("[SUM 1 [MAX 2 [MIN 3 [MED 4 5 6 ] ] ] ]")],
         [5, 6, 7],
+        [5],
+        [_chain, 4, parse("[MIN 1 [MAX 2 3 ] ]")],
         *(
             [make_tree(_r, max_depth=6, max_args=3, p_subtree=0.5) for _ in range(_size)]
             for _size in (2, 9, 50)
@@ -918,8 +1153,9 @@ try:
 finally:
     _handle.remove()
 observe(
-    "encode_batched(model, trees) on 5 batches (a chain of 4 operators; 3 leaves; 2, 9 and 50 "
-    "random trees of depth <= 6): the number of nodes in each cell call, in call order",
+    "encode_batched(model, trees) on 7 batches (a chain of 4 operators; 3 leaves; 1 leaf; a "
+    "chain 8 tall with a leaf and a tree of height 3; 2, 9 and 50 random trees of depth <= 6): "
+    "the number of nodes in each cell call, in call order",
     _nodes_per_call,
     hint="One call of the cell per height, 1, 2, 3, ... up to the tallest tree's, each with all "
     "the nodes of that height from all the trees together.",
@@ -1063,5 +1299,7 @@ plt.show()
 #   runs at every node, and autograd adds up its gradients from all of them.
 # * Run naively, the cell is called once per node, on a single row: batch size 1.
 # * Grouping the nodes by height runs a whole batch of different trees in as many calls as
-#   the tallest tree is high, with the same loss and gradients, to rounding.
+#   the tallest tree is high, with the same loss and gradients, to rounding. That is
+#   depth-based batching, TensorFlow Fold's schedule; DyNet's default autobatching keeps an
+#   agenda of ready operations instead, and can batch across heights.
 # * `gradcheck` (in float64) is the quick way to trust a hand-written cell.
