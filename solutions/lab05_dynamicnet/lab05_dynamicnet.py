@@ -316,6 +316,23 @@ print(
 # reproducible: with `rng=random.Random(7)` you always get the same depth, which is what the
 # checks need (and what you need when debugging).
 #
+# The layers live in `DynamicLayers`, below; `DynamicNet` adds a forward pass to them (and
+# so will `NormLoopNet` in section 6, a different forward over the very same parameters).
+
+
+# %% nbgrader={"locked": true, "grade_id": "layers"}
+class DynamicLayers(nn.Module):
+    """The three layers of this lab's models; a subclass writes the forward pass."""
+
+    def __init__(self, d_in=784, hidden=100, d_out=10):
+        super().__init__()
+        self.input_linear = nn.Linear(d_in, hidden)
+        self.middle_linear = nn.Linear(hidden, hidden)
+        self.output_linear = nn.Linear(hidden, d_out)
+        self.last_depth = None  # how many times the last pass applied middle_linear
+
+
+# %% [markdown]
 # ### Exercise 1 (4 points): the forward pass
 #
 # Complete `forward(self, x, rng=None)`:
@@ -330,14 +347,7 @@ print(
 
 
 # %% nbgrader={"solution": true, "grade_id": "dynamicnet"}
-class DynamicNet(nn.Module):
-    def __init__(self, d_in=784, hidden=100, d_out=10):
-        super().__init__()
-        self.input_linear = nn.Linear(d_in, hidden)
-        self.middle_linear = nn.Linear(hidden, hidden)
-        self.output_linear = nn.Linear(hidden, d_out)
-        self.last_depth = None
-
+class DynamicNet(DynamicLayers):
     def forward(self, x, rng=None):
         rng = random if rng is None else rng
         ### BEGIN SOLUTION
@@ -375,19 +385,17 @@ def reference_forward(model, x, depth, middle_weights=None):
     return F.log_softmax(model.output_linear(h), dim=1)
 
 
-def run_on_images(name, fn, x):
-    """fn(x) for a batch of images x of shape (N, 1, 28, 28); a shape error is explained."""
+def attempt(fn, *args, **kwargs):
+    """(fn(*args, **kwargs), None), or (None, "the error, in one line") if it raised: the
+    checks then say in words what failed. NotImplementedError (not answered yet) goes through."""
     try:
-        return fn(x)
+        return fn(*args, **kwargs), None
     except NotImplementedError:
         raise
-    except RuntimeError as error:
-        if "shape" not in str(error):
-            raise
-        check(
-            False,
-            f"{name} failed on a batch of images of shape {tuple(x.shape)}: flatten x to "
-            f"(batch, 784) before input_linear, which expects 784 inputs. ({str(error)[:80]})",
+    except Exception as error:
+        return (
+            None,
+            f"{type(error).__name__}: {str(error).splitlines()[0][:150] if str(error) else ''}",
         )
 
 
@@ -395,14 +403,19 @@ def run_on_images(name, fn, x):
 _model = DynamicNet()
 _x, _y = torch.randn(6, 1, 28, 28), torch.randint(0, 10, (6,))
 _rng = CountingRandom(0)
-_out = run_on_images("DynamicNet", lambda x: _model(x, rng=_rng), _x)
+_out, _error = attempt(_model, _x, rng=_rng)
+check(
+    _error is None,
+    f"DynamicNet failed on a batch of 6 images of shape (6, 1, 28, 28) with {_error}. Does "
+    "forward flatten x to (batch, 784) before input_linear, which expects 784 inputs?",
+)
 check(
     _rng.calls == 1,
     f"forward called rng.randint {_rng.calls} times: draw the depth once, from the rng you are given.",
 )
 check(
-    tuple(_out.shape) == (6, 10),
-    f"For 6 images the output should have shape (6, 10), got {tuple(_out.shape)}.",
+    isinstance(_out, torch.Tensor) and tuple(_out.shape) == (6, 10),
+    f"For 6 images the output should be a tensor of shape (6, 10), got {getattr(_out, 'shape', _out)}.",
 )
 check(
     torch.allclose(_out.exp().sum(1), torch.ones(6), atol=1e-5),
@@ -426,7 +439,8 @@ _copies = [_model.middle_linear.weight.detach().clone().requires_grad_() for _ i
 F.nll_loss(reference_forward(_model, _x, 3, _copies), _y).backward()
 _summed = sum(_c.grad for _c in _copies)
 check(
-    torch.allclose(_model.middle_linear.weight.grad, _summed, atol=1e-6),
+    _model.middle_linear.weight.grad is not None
+    and torch.allclose(_model.middle_linear.weight.grad, _summed, atol=1e-6),
     "middle_linear.weight.grad should be the sum of the gradients of its 3 uses: reuse the same layer object.",
 )
 print(
@@ -441,14 +455,15 @@ print(
 from grader_observe import observe
 
 _gen = torch.Generator().manual_seed(51)
-_model = DynamicNet(hidden=40)
+_model = DynamicNet(hidden=40, d_out=7)
 with torch.no_grad():  # weights from an explicit generator, not from the global RNG
     for _name, _p in sorted(_model.named_parameters()):
         _p.copy_(torch.randn(_p.shape, generator=_gen) / _p.shape[-1] ** 0.5)
 observe(
-    "parameter names and shapes of DynamicNet(hidden=40)",
+    "parameter names and shapes of DynamicNet(hidden=40, d_out=7)",
     {_name: list(_p.shape) for _name, _p in sorted(_model.named_parameters())},
-    hint="Keep the three layers of __init__ and add none: the middle layer is one layer, reused.",
+    hint="Use the three layers of DynamicLayers and add none: the middle layer is one layer, "
+    "reused.",
 )
 for _seed in range(20):
     _n = 2 + _seed % 6
@@ -457,13 +472,14 @@ for _seed in range(20):
     _r = CountingRandom(_seed)
     _out = _model(_x, rng=_r)
     observe(
-        f"DynamicNet(hidden=40) forward with rng=CountingRandom({_seed}) on {_n} random {_kind}",
+        f"DynamicNet(hidden=40, d_out=7) forward with rng=CountingRandom({_seed}) on {_n} "
+        f"random {_kind}",
         {"last_depth": _model.last_depth, "randint calls": _r.calls, "output": _out},
         atol=1e-6,
         hint="Draw the depth with one rng.randint(0, 3) on the rng you are given, apply "
         "middle_linear and a ReLU that many times, and put no ReLU after output_linear.",
     )
-_x, _y = torch.randn(7, 784, generator=_gen), torch.randint(0, 10, (7,), generator=_gen)
+_x, _y = torch.randn(7, 784, generator=_gen), torch.randint(0, 7, (7,), generator=_gen)
 _v = torch.randn(40, generator=_gen, dtype=torch.float64)
 _model.zero_grad(set_to_none=True)
 F.nll_loss(_model(_x, rng=random.Random(seed_for_depth(3))), _y).backward()
@@ -479,7 +495,13 @@ observe(
 # %% nbgrader={"grade": true, "points": 1, "grade_id": "test_depth_zero"}
 _model = DynamicNet()
 _rng = CountingRandom(seed_for_depth(0))
-F.nll_loss(_model(torch.randn(4, 784), rng=_rng), torch.tensor([1, 2, 3, 4])).backward()
+_out, _error = attempt(_model, torch.randn(4, 784), rng=_rng)
+check(
+    _error is None,
+    f"DynamicNet failed on 4 flat inputs of shape (4, 784) with {_error}: a batch that is "
+    "already flat must work too.",
+)
+F.nll_loss(_out, torch.tensor([1, 2, 3, 4])).backward()
 check(
     _rng.calls == 1, "Draw the depth with one call of rng.randint(0, 3) on the rng you are given."
 )
@@ -549,16 +571,23 @@ def per_use_grads(model, x, target, depth):
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_per_use_grads"}
-_model = DynamicNet()
+_model = DynamicLayers()  # the layers alone: this check does not need your DynamicNet
 _x, _y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
-_grads = run_on_images("per_use_grads", lambda x: per_use_grads(_model, x, _y, 3), _x)
+_grads, _error = attempt(per_use_grads, _model, _x, _y, 3)
+check(
+    _error is None,
+    f"per_use_grads failed at depth 3 on a batch of 8 images of shape (8, 1, 28, 28) with "
+    f"{_error}. Does it flatten x to (batch, 784) before input_linear?",
+)
 check(
     isinstance(_grads, list) and len(_grads) == 3,
     "At depth 3 per_use_grads should return a list of 3 gradients.",
 )
 check(
-    all(g is not None and g.shape == (100, 100) for g in _grads),
-    "Each entry should be the (100, 100) gradient of one copy: did you call backward() and return w.grad?",
+    all(isinstance(_g, torch.Tensor) and _g.shape == (100, 100) for _g in _grads),
+    "Each entry should be the (100, 100) gradient of one copy: did you call backward() and "
+    "return each copy's .grad? (A copy made with .clone() alone is not a leaf, so its .grad "
+    "stays None: detach it first.)",
 )
 check(
     not torch.allclose(_grads[0], _grads[2]),
@@ -570,41 +599,51 @@ _whole = _model.middle_linear.weight.detach().clone().requires_grad_()
 F.nll_loss(reference_forward(_model, _x, 3, [_whole] * 3), _y).backward()
 check(
     torch.allclose(sum(_grads), _whole.grad, atol=1e-6),
-    "The per-use gradients should add up to the gradient of the shared weight. Same layers, ReLUs and loss as DynamicNet?",
+    "The per-use gradients should add up to the gradient of the shared weight. Same layers, "
+    "ReLUs and loss as DynamicNet?",
 )
 check(
-    per_use_grads(_model, _x, _y, 0) == [],
-    "At depth 0 there is no use, so the list should be empty.",
+    _model.middle_linear.weight.grad is None,
+    "per_use_grads sent a gradient into model.middle_linear.weight itself: use detached copies "
+    "of the weight, so that the model's own weight stays out of this graph.",
+)
+_empty, _error = attempt(per_use_grads, _model, _x, _y, 0)
+check(
+    _error is None and _empty == [],
+    f"At depth 0 there is no use, so the list should be empty; got {_empty if _error is None else _error}.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
 _gen = torch.Generator().manual_seed(53)
-_model = DynamicNet()
+_model = DynamicLayers(hidden=30)
 with torch.no_grad():  # weights from an explicit generator, not from the global RNG
     for _name, _p in sorted(_model.named_parameters()):
         _p.copy_(torch.randn(_p.shape, generator=_gen) / _p.shape[-1] ** 0.5)
-_v = torch.randn(100, generator=_gen, dtype=torch.float64)
+_v = torch.randn(30, generator=_gen, dtype=torch.float64)
 for _depth in (0, 1, 2, 3):
     _x = torch.randn(5, 1, 28, 28, generator=_gen)
     _y = torch.randint(0, 10, (5,), generator=_gen)
     _grads = per_use_grads(_model, _x, _y, _depth)
     observe(
-        f"per_use_grads(model, x, target, {_depth}) on 5 random images",
+        f"per_use_grads(model, x, target, {_depth}) on the layers DynamicLayers(hidden=30) "
+        "with random weights and 5 random images",
         {
             "number of gradients": len(_grads),
             "each gradient @ v": [None if _g is None else _g.double() @ _v for _g in _grads],
             "each gradient's sum": [None if _g is None else _g.double().sum() for _g in _grads],
+            "model's own middle_linear.weight.grad is None": _model.middle_linear.weight.grad
+            is None,
         },
         atol=1e-6,
-        hint="Give each use its own copy of middle_linear.weight (with middle_linear.bias), "
-        "with DynamicNet's ReLUs and loss, and return the copies' .grad in the order of use.",
+        hint="Give each use its own detached copy of middle_linear.weight (with "
+        "middle_linear.bias), with DynamicNet's ReLUs and loss, and return the copies' .grad in "
+        "the order of use.",
     )
 ### END HIDDEN TESTS
 
 # %%
-_model = DynamicNet()
-for _g in per_use_grads(_model, train_x[:64], train_y[:64], 3):
+for _g in per_use_grads(DynamicLayers(), train_x[:64], train_y[:64], 3):
     print(f"use: gradient norm {_g.norm():.4f}")
 
 # %% [markdown]
@@ -802,7 +841,12 @@ class FixedBranchingNet(BranchingNet):
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_fixed_branching"}
 _model = FixedBranchingNet()
 for _coin in range(4):
-    _shape, _unused = unused_layers(_model, _coin)
+    _result, _error = attempt(unused_layers, _model, _coin)
+    check(
+        _error is None,
+        f"FixedBranchingNet failed with coin {_coin} on 32 digits of shape (32, 784) with {_error}.",
+    )
+    _shape, _unused = _result
     check(
         tuple(_shape) == (32, 10),
         f"With coin {_coin} the output has shape {tuple(_shape)}, not (32, 10): apply output_linear in every branch.",
@@ -895,7 +939,9 @@ _expected = {
     3: [],
 }
 for _coin, _names in _expected.items():
-    _shape, _unused = unused_layers(FixedBranchingNet(), _coin)
+    _result, _error = attempt(unused_layers, FixedBranchingNet(), _coin)
+    check(_error is None, f"FixedBranchingNet failed with coin {_coin} with {_error}.")
+    _shape, _unused = _result
     check(
         sorted(_unused) == sorted(_names),
         f"With coin {_coin} the layers left with grad None should be {_names}, got {_unused}: "
@@ -957,12 +1003,14 @@ else:
 # `input_linear` and its ReLU, apply `middle_linear` and a ReLU **while** the mean over the
 # batch of the rows' L2 norms, `h.norm(dim=1).mean()`, is below `self.target_norm`, and at
 # most `self.max_steps` times. Store the number of steps taken in `self.last_depth`, then
-# finish like `DynamicNet` (output layer, `log_softmax`, no ReLU). The layers are
-# `DynamicNet`'s, so the two models have the same parameters.
+# finish like `DynamicNet` (output layer, `log_softmax`, no ReLU). Its layers are
+# `DynamicLayers`, like `DynamicNet`'s, so the two models have the same parameters.
+#
+# "Below" means strictly below: when the mean norm equals `target_norm`, the loop stops.
 
 
 # %% nbgrader={"solution": true, "grade_id": "norm_loop"}
-class NormLoopNet(DynamicNet):
+class NormLoopNet(DynamicLayers):
     target_norm = 20.0
     max_steps = 5
 
@@ -985,9 +1033,12 @@ with torch.no_grad():  # a net whose middle layer doubles a positive activation
     _model.input_linear.bias.fill_(0.1)  # h = 0.1 everywhere: norm 1.0 per row
     _model.middle_linear.weight.copy_(2 * torch.eye(100))
     _model.middle_linear.bias.zero_()
-_out = _model(torch.randn(4, 784))
+_out, _error = attempt(_model, torch.randn(4, 784))
+check(_error is None, f"NormLoopNet failed on 4 random inputs of shape (4, 784) with {_error}.")
 check(
-    tuple(_out.shape) == (4, 10) and torch.allclose(_out.exp().sum(1), torch.ones(4), atol=1e-5),
+    isinstance(_out, torch.Tensor)
+    and tuple(_out.shape) == (4, 10)
+    and torch.allclose(_out.exp().sum(1), torch.ones(4), atol=1e-5),
     "The output should be (batch, 10) log-probabilities, as in DynamicNet.",
 )
 check(
@@ -1014,7 +1065,7 @@ _model.target_norm = 20.0
 _model(torch.randn(2, 784))
 check(
     _model.last_depth == _model.max_steps,
-    f"When the norm never reaches the target the loop must stop after max_steps = {_model.max_steps} steps.",
+    f"When the norm never reaches the target the loop must stop after max_steps = {_model.max_steps} steps; you took {_model.last_depth}.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -1040,6 +1091,47 @@ observe(
     _steps,
     hint="Test the condition before each step, stop at max_steps, and store the steps taken.",
 )
+_model = NormLoopNet()
+with torch.no_grad():  # exact norms: rows start at norm 1 (four 0.5s), doubled by each step
+    _model.input_linear.weight.zero_()
+    _model.input_linear.bias.zero_()
+    _model.input_linear.bias[:4] = 0.5
+    _model.middle_linear.weight.copy_(2 * torch.eye(100))
+    _model.middle_linear.bias.zero_()
+_x = torch.randn(2, 784, generator=_gen)
+_steps = {}
+for _target, _max in [
+    (4.0, 9),  # the norm reaches the target exactly after 2 steps
+    (3.9, 9),
+    (4.1, 9),
+    (1.0, 9),  # the norm equals the target before any step
+    (16.0, 4),  # the target is reached exactly when the bound is
+    (16.5, 4),
+    (16.5, 5),
+    (1000.0, 9),  # never reached: the bound stops the loop
+    (1000.0, 8),
+    (1000.0, 1),
+    (1000.0, 0),
+]:
+    _model.target_norm, _model.max_steps = _target, _max
+    _model(_x)
+    _steps[f"target_norm {_target:g}, max_steps {_max}"] = _model.last_depth
+observe(
+    "NormLoopNet's last_depth at and beside its limits, on a net whose rows start at norm "
+    "exactly 1 and whose middle layer doubles them",
+    _steps,
+    hint="Loop while the mean norm is strictly below target_norm (equal stops it) and fewer "
+    "than max_steps steps were taken; a bound of 0 means no step at all.",
+)
+_model = NormLoopNet()
+with torch.no_grad():  # h = 0.1 everywhere (norm 1 per row), tripled by each step
+    _model.input_linear.weight.fill_(0.0)
+    _model.input_linear.bias.fill_(0.1)
+    _model.middle_linear.weight.copy_(3 * torch.eye(100))
+    _model.middle_linear.bias.zero_()
+    _model.output_linear.weight.copy_(torch.randn(10, 100, generator=_gen) * 0.1)
+    _model.output_linear.bias.copy_(torch.randn(10, generator=_gen))
+_x = torch.randn(3, 784, generator=_gen)
 _model.target_norm, _model.max_steps = 10.0, 9
 _out = _model(_x)
 observe(
@@ -1112,12 +1204,16 @@ def save_and_load(model, path):
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_save_load"}
-import tempfile as _tempfile
-
-with _tempfile.TemporaryDirectory() as _folder:
+check(
+    isinstance(globals().get("NormLoopNet"), type),
+    "This check uses your NormLoopNet class from exercise 4, which is not defined: its cell "
+    "failed there, or did not run. Run it (and fix it) first.",
+)
+with tempfile.TemporaryDirectory() as _folder:
     _path = os.path.join(_folder, "dynamic.pt")
-    _source = DynamicNet()
-    _loaded = save_and_load(_source, _path)
+    _source = DynamicLayers()  # any module with these layers: not your DynamicNet
+    _loaded, _error = attempt(save_and_load, _source, _path)
+    check(_error is None, f"save_and_load(model, path) failed with {_error}.")
     check(
         os.path.isfile(_path),
         "save_and_load should write the state_dict to the file `path` with torch.save.",
@@ -1127,19 +1223,17 @@ with _tempfile.TemporaryDirectory() as _folder:
         f"save_and_load should return a new NormLoopNet, got {type(_loaded).__name__}.",
     )
     check(_loaded is not _source, "Return a new model, not the one you were given.")
-    _same = all(
-        torch.equal(a, b)
-        for a, b in zip(_source.state_dict().values(), _loaded.state_dict().values(), strict=False)
-    )
+    _mine, _saved = _loaded.state_dict(), _source.state_dict()
     check(
-        _same,
-        "The new model's parameters differ from the saved ones: did you call load_state_dict with what torch.load read?",
+        _mine.keys() == _saved.keys() and all(torch.equal(_mine[_k], _saved[_k]) for _k in _saved),
+        "The new model's parameters differ from the saved ones: did you call load_state_dict "
+        "with what torch.load read?",
     )
     ### BEGIN HIDDEN TESTS
     from grader_observe import observe
 
     _gen = torch.Generator().manual_seed(56)
-    _source = DynamicNet()
+    _source = DynamicLayers()
     with torch.no_grad():  # weights from an explicit generator, not from the global RNG
         for _name, _p in sorted(_source.named_parameters()):
             _p.copy_(torch.randn(_p.shape, generator=_gen))
@@ -1147,8 +1241,8 @@ with _tempfile.TemporaryDirectory() as _folder:
     _loaded = save_and_load(_source, _path)
     _saved = torch.load(_path)
     observe(
-        "what torch.load reads from the file that save_and_load(model, path) wrote, for a "
-        "DynamicNet with random weights",
+        "what torch.load reads from the file that save_and_load(model, path) wrote, for "
+        "DynamicLayers with random weights",
         {
             "keys": sorted(_saved),
             "sum of each tensor": {_k: _t.double().sum() for _k, _t in sorted(_saved.items())},
@@ -1157,7 +1251,7 @@ with _tempfile.TemporaryDirectory() as _folder:
         hint="Save model.state_dict() itself with torch.save(model.state_dict(), path).",
     )
     observe(
-        "the model save_and_load returns for that DynamicNet",
+        "the model save_and_load returns for those layers",
         {
             "type": type(_loaded).__name__,
             "sum of each tensor": {
