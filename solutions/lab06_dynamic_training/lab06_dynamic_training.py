@@ -17,7 +17,8 @@
 #    graph, and is an optimizer step anything more than the chain rule plus an update rule?
 # 2. What do the optimizers do to a parameter the graph did **not** use this step?
 # 3. How do you widen or narrow a layer during training without losing what the network
-#    (and the optimizer) has learned?
+#    (and the optimizer) has learned? And does changing the structure too often hurt
+#    training, as a forum answer warns?
 # 4. What does the saved model look like after it changed shape, and how do you load it?
 #
 # Everything runs on small random data made here, in a few seconds on a CPU.
@@ -43,6 +44,8 @@ from torch import nn
 from tqdm.auto import tqdm
 
 random.seed(0)
+# The tensors of this lab are tiny: one thread is faster than several fighting over them.
+torch.set_num_threads(1)
 # While the notebook is graded (nbgrader sets NBGRADER_EXECUTION), no live plots are drawn.
 GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))
 
@@ -52,6 +55,18 @@ def live_plot(groups):
     if GRADING:
         return None
     return PlotLosses(groups=groups, step_names="step", outputs=[MatplotlibPlot(cell_size=(5, 2))])
+
+
+def attempt(fn, *args, **kwargs):
+    """(fn(*args, **kwargs), None), or (None, "the error, in one line") if it raised: the
+    checks then say in words what failed. NotImplementedError (not answered yet) goes through."""
+    try:
+        return fn(*args, **kwargs), None
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        text = str(error).splitlines()[0][:150] if str(error) else ""
+        return None, f"{type(error).__name__}: {text}"
 
 
 print("torch", torch.__version__, "| grading mode" if GRADING else "")
@@ -164,25 +179,25 @@ def _seeded(_module, _seed, _scale=0.5):
 
 
 ### END HIDDEN TESTS
-def _max_grad_gap(_net, _x, _y, _depth):
-    _params = list(_net.parameters())
-    _p = dict(_net.named_parameters())
-    _a = gradients(F.cross_entropy(_net(_x, _depth), _y), _params)
-    _b = gradients(F.cross_entropy(unrolled_depth2(_p, _x), _y), _params)
-    check(
-        all(_g is not None for _g in _b),
-        "Some parameter got no gradient through unrolled_depth2: every one of the six "
-        "tensors in p should be used.",
-    )
-    return max((_u - _v).abs().max().item() for _u, _v in zip(_a, _b, strict=True))
-
-
-_out = unrolled_depth2(dict(net.named_parameters()), x)
+_out, _error = attempt(unrolled_depth2, dict(net.named_parameters()), x)
+check(
+    _error is None,
+    f"unrolled_depth2(p, x) failed on the net above and x of shape (16, 5) with {_error}. "
+    "A linear layer computes x @ W.T + b.",
+)
 check(
     isinstance(_out, torch.Tensor) and _out.shape == (16, 3),
     "unrolled_depth2 should return the logits, a tensor of shape (batch, 3).",
 )
-_gap = _max_grad_gap(net, x, y, 2)
+_params = list(net.parameters())
+_dynamic = gradients(F.cross_entropy(net(x, 2), y), _params)
+_static = gradients(F.cross_entropy(_out, y), _params)
+check(
+    all(_g is not None for _g in _static),
+    "Some parameter got no gradient through unrolled_depth2: every one of the six tensors in p "
+    "should be used.",
+)
+_gap = max((_u - _v).abs().max().item() for _u, _v in zip(_dynamic, _static, strict=True))
 check(
     _gap < 1e-12,
     f"The gradients differ from net(x, 2) by up to {_gap:.1e}. Apply the middle layer twice, "
@@ -243,23 +258,31 @@ for label, mine in [
     ("p.add(b, alpha=-lr)   ", p0.add(g0, alpha=-0.1)),
 ]:
     gap = (mine - reference.detach()).abs().max().item()
+    differ = int((mine != reference.detach()).sum())
     print(
-        f"{label} identical to torch.optim.SGD: {torch.equal(mine, reference.detach())}  (gap {gap:.1e})"
+        f"{label} identical to torch.optim.SGD: {torch.equal(mine, reference.detach())!s:5}",
+        f"({differ} of 1000 entries differ, by up to {gap:.1e})",
     )
 
 # %% [markdown]
-# On the machine this lab was written on, `p - lr * b` misses by one rounding in about one
-# entry in ten (a gap around $10^{-16}$), while `p.add(b, alpha=-lr)` (what `torch.optim.SGD`
-# itself calls) is identical: the `alpha` form computes $p + \alpha b$ in one kernel, so it
-# rounds differently from a separate multiply and subtract. Check the output above on yours.
+# When we ran it (torch 2.14.1, on a CPU), `p - lr * b` differed from `torch.optim.SGD` in
+# 119 of the 1000 entries, each time by one rounding (a gap around $10^{-16}$), while
+# `p.add(b, alpha=-lr)` (what `torch.optim.SGD` itself calls) was identical: the `alpha` form
+# computes $p + \alpha b$ in one kernel, so it rounds differently from a separate multiply and
+# subtract. Check the output above on yours.
+#
+# Both are right: they are the same formula, rounded differently. So a hand-written update is
+# graded to a tolerance, not bit for bit: below, yours must agree with `torch.optim.SGD` to
+# $10^{-12}$ in `float64`, and the check prints, without grading it, whether it is also
+# identical bit for bit.
 #
 # ### Exercise 2 (2 points): one SGD-with-momentum step by hand
 #
 # Write `sgd_momentum_step(params, buffers, lr, momentum)`. `params` is a list of tensors
 # with `.grad` set (or `None`); `buffers` is a list of the same length holding each
 # momentum buffer, `None` before the first step. Update every parameter **in place**
-# (inside `torch.no_grad()`), and return the new list of buffers. It must give results
-# **identical** (`torch.equal`) to `torch.optim.SGD(params, lr=lr, momentum=momentum)`.
+# (inside `torch.no_grad()`), and return the new list of buffers. It must give the results
+# of `torch.optim.SGD(params, lr=lr, momentum=momentum)`, up to float rounding.
 #
 # Do what `torch.optim.SGD` does with a parameter whose `.grad` is `None`: find out in the
 # next check's message if you are unsure, or read section 3 first.
@@ -286,51 +309,88 @@ def sgd_momentum_step(params, buffers, lr, momentum):
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_sgd_momentum_step"}
 def _compare_with_sgd(_grads_per_step, _shapes, _lr, _momentum):
-    """Run torch.optim.SGD and sgd_momentum_step side by side; grads None = not used."""
+    """torch.optim.SGD and sgd_momentum_step side by side (a gradient None: not used); returns
+    (SGD's parameters, yours, what each of your calls returned, the first error or None)."""
     _start = [torch.randn(_s, dtype=torch.float64) for _s in _shapes]
     _ref = [nn.Parameter(_t.clone()) for _t in _start]
     _mine = [nn.Parameter(_t.clone()) for _t in _start]
     _opt = torch.optim.SGD(_ref, lr=_lr, momentum=_momentum)
-    _buffers = [None] * len(_shapes)
+    _buffers, _returned = [None] * len(_shapes), []
     for _grads in _grads_per_step:
         for _r, _m, _g in zip(_ref, _mine, _grads, strict=True):
             _r.grad = None if _g is None else _g.clone()
             _m.grad = None if _g is None else _g.clone()
         _opt.step()
-        _buffers = sgd_momentum_step(_mine, _buffers, _lr, _momentum)
-        check(
-            isinstance(_buffers, list) and len(_buffers) == len(_shapes),
-            "sgd_momentum_step should return a list with one buffer per parameter.",
-        )
-    return _ref, _mine
+        _buffers, _error = attempt(sgd_momentum_step, _mine, _buffers, _lr, _momentum)
+        if _error is not None:
+            return _ref, _mine, _returned, _error
+        _returned.append(_buffers)
+        if not (isinstance(_buffers, list) and len(_buffers) == len(_shapes)):
+            break
+    return _ref, _mine, _returned, None
+
+
+def _close(_a, _b):
+    return torch.allclose(_a, _b, rtol=1e-12, atol=1e-12)
 
 
 _g1, _g2 = torch.randn(40, 30, dtype=torch.float64), torch.randn(40, 30, dtype=torch.float64)
-_ref, _mine = _compare_with_sgd([[_g1], [_g2]], [(40, 30)], 0.1, 0.9)
+_ref, _mine, _returned, _error = _compare_with_sgd([[_g1], [_g2]], [(40, 30)], 0.1, 0.9)
+check(_error is None, f"sgd_momentum_step failed on one (40, 30) parameter with {_error}.")
 check(
-    torch.allclose(_ref[0], _mine[0], atol=1e-12),
+    all(isinstance(_b, list) and len(_b) == 1 for _b in _returned),
+    "sgd_momentum_step should return a list with one buffer per parameter.",
+)
+check(
+    _close(_ref[0], _mine[0]),
     "After two steps your parameter is not where torch.optim.SGD puts it: on step 1 the buffer "
     "is the gradient itself, on step 2 it is momentum * buffer + gradient, and each step "
-    "subtracts lr * buffer.",
+    "subtracts lr * buffer, in place.",
 )
-check(
+print(
+    "After two steps, identical to torch.optim.SGD bit for bit:",
     torch.equal(_ref[0], _mine[0]),
-    "Close, but not identical to torch.optim.SGD (off in the last digits): update with "
-    "p.add_(buffer, alpha=-lr), the way torch.optim does, rather than p - lr * buffer.",
+    "(shown, not graded: the check above allows a difference of 1e-12)",
 )
-_ref, _mine = _compare_with_sgd([[_g1, _g2], [_g2, None]], [(40, 30), (40, 30)], 0.1, 0.9)
+_p = nn.Parameter(torch.zeros(5, dtype=torch.float64))
+_p.grad = torch.ones(5, dtype=torch.float64)
+_buffers, _error = attempt(sgd_momentum_step, [_p], [None], 0.1, 0.9)
+check(_error is None, f"sgd_momentum_step failed on one parameter of 5 zeros with {_error}.")
 check(
-    torch.equal(_ref[1], _mine[1]),
+    isinstance(_buffers, list) and len(_buffers) == 1 and isinstance(_buffers[0], torch.Tensor),
+    "After a step with a gradient, sgd_momentum_step should return a list holding that "
+    "parameter's buffer, a tensor.",
+)
+_kept = _buffers[0].clone()
+_p.grad.mul_(-2.0)  # what the next backward does to .grad: it changes it in place
+check(
+    torch.equal(_buffers[0], _kept),
+    "The buffer you returned changed when .grad was changed in place afterwards, as the next "
+    "backward() does: on the first step the buffer must be a copy of the gradient "
+    "(p.grad.clone()), not the .grad tensor itself.",
+)
+_ref, _mine, _returned, _error = _compare_with_sgd(
+    [[_g1, _g2], [_g2, None]], [(40, 30), (40, 30)], 0.1, 0.9
+)
+check(_error is None, f"sgd_momentum_step failed when one .grad was None, with {_error}.")
+check(
+    _close(_ref[1], _mine[1]),
     "A parameter whose .grad is None (the graph did not use it this step) moved differently "
     "from torch.optim.SGD, which skips it entirely: no update, buffer left as it was. Do not "
     "treat a missing gradient as a zero gradient.",
 )
+check(
+    _close(_ref[0], _mine[0]),
+    "With two parameters, the first one did not end where torch.optim.SGD puts it: update "
+    "every parameter of the list, each with its own buffer.",
+)
 with torch.random.fork_rng(devices=[]):  # leaves the random numbers of the next cells as they were
-    _ref, _mine = _compare_with_sgd(
+    _ref, _mine, _returned, _error = _compare_with_sgd(
         [[_g1, _g2], [_g2, None], [_g1, _g1]], [(40, 30), (40, 30)], 0.1, 0.9
     )
+check(_error is None, f"sgd_momentum_step failed on the step after a .grad None, with {_error}.")
 check(
-    torch.equal(_ref[1], _mine[1]),
+    _close(_ref[1], _mine[1]),
     "On the step after one where .grad was None, your parameter moved differently from "
     "torch.optim.SGD. Skipping a parameter keeps its momentum buffer as it was, so the next "
     "step continues with momentum * old buffer + gradient: return the old buffer for a skipped "
@@ -352,7 +412,7 @@ _steps = [
 _start = [torch.randn(_s, dtype=torch.float64, generator=_gen) for _s in _shapes]
 
 
-def _run_steps(_grads_per_step, _lr, _momentum):
+def _run_steps(_grads_per_step, _lr, _momentum, _with_buffers=True):
     """sgd_momentum_step from _start, step after step. After each step every .grad is changed
     in place (as the next backward would), so a buffer that is the .grad itself changes too."""
     _params = [nn.Parameter(_t.clone()) for _t in _start]
@@ -364,32 +424,40 @@ def _run_steps(_grads_per_step, _lr, _momentum):
         for _p in _params:
             if _p.grad is not None:
                 _p.grad.mul_(-2.0)
-    return {
-        "parameters": [_p.detach() for _p in _params],
-        "buffers (None read as zeros)": [
+    _record = {"parameters": [_p.detach() for _p in _params]}
+    if _with_buffers:
+        _record["buffers (None read as zeros)"] = [
             torch.zeros(_s, dtype=torch.float64) if _b is None else _b
             for _s, _b in zip(_shapes, _buffers, strict=True)
-        ],
-    }
+        ]
+    return _record
 
 
 for _lr, _mu in [(0.05, 0.5), (0.3, 0.99)]:
-    observe(  # bit for bit, as the exercise asks
+    observe(  # to a tolerance: the same formula may round differently
         f"sgd_momentum_step(params, buffers, lr={_lr}, momentum={_mu}): 6 steps on three "
         "random parameters of different shapes, some steps with .grad None",
         _run_steps(_steps, _lr, _mu),
-        rtol=0,
-        atol=0,
+        rtol=1e-10,
+        atol=1e-12,
         hint="As torch.optim.SGD: the buffer is a clone of the gradient on the first step, "
-        "momentum * buffer + gradient later, then p.add_(buffer, alpha=-lr); a parameter whose "
+        "momentum * buffer + gradient later, then p -= lr * buffer in place; a parameter whose "
         ".grad is None is skipped and keeps its buffer.",
     )
+observe(
+    "sgd_momentum_step(params, buffers, lr=0.2, momentum=0.0): 6 steps on three random "
+    "parameters, some steps with .grad None: the parameters",
+    _run_steps(_steps, 0.2, 0.0, _with_buffers=False),
+    rtol=1e-10,
+    atol=1e-12,
+    hint="With momentum 0 the buffer is the gradient of this step alone: p -= lr * gradient.",
+)
 observe(
     "sgd_momentum_step(params, buffers, lr=0.1, momentum=0.9) on three random parameters: one "
     "step with gradients, then one step where every .grad is None",
     _run_steps([_steps[0], [None, None, None]], 0.1, 0.9),
-    rtol=0,
-    atol=0,
+    rtol=1e-10,
+    atol=1e-12,
     hint="A parameter whose .grad is None is not updated at all, and keeps its buffer as it was.",
 )
 ### END HIDDEN TESTS
@@ -487,7 +555,10 @@ _net = TwoBranch()
 _probe = copy.deepcopy(_net)  # to compute branch b's first gradient independently
 _probe(x3, 2).pow(2).mean().backward()
 _g_b = _probe.b.weight.grad
-_drift = unused_drift(_net, torch.optim.SGD(_net.parameters(), lr=0.1, momentum=0.9), x3, False)
+_drift, _error = attempt(
+    unused_drift, _net, torch.optim.SGD(_net.parameters(), lr=0.1, momentum=0.9), x3, False
+)
+check(_error is None, f"unused_drift failed on a TwoBranch with SGD(momentum=0.9) with {_error}.")
 check(isinstance(_drift, float), "unused_drift should return a float (use .item()).")
 _expected = 0.1 * 0.9 * _g_b.norm().item()
 if _drift == 0.0:
@@ -514,6 +585,7 @@ check(
 torch.manual_seed(3)
 _net = TwoBranch()
 _drift = unused_drift(_net, torch.optim.SGD(_net.parameters(), lr=0.1, momentum=0.9), x3, True)
+check(isinstance(_drift, float), "unused_drift should return a float (use .item()).")
 check(
     _drift == 0.0,
     f"With set_to_none=True branch b's .grad is None in step 2, so SGD skips it, but it moved by "
@@ -547,11 +619,53 @@ for _label, _make in (
 
 # %% [markdown]
 # What the table shows (look at your numbers): with `set_to_none=True` nothing moves the
-# unused branch, because SGD, Adam and AdamW (every `torch.optim` optimizer but LBFGS) skip
-# a parameter whose `.grad` is `None`. With `set_to_none=False` plain SGD still does not
-# move it (a zero gradient is a zero step), but SGD with momentum, Adam and AdamW **do**:
-# momentum keeps pushing in the old direction, and Adam divides its decaying first moment
-# by its decaying second moment, which stays of the same order, so the step barely shrinks.
+# unused branch, because every `torch.optim` optimizer skips a parameter whose `.grad` is
+# `None` (we tried all of them with torch 2.14; LBFGS reads a `None` gradient as zeros, which
+# for it comes to the same). With `set_to_none=False` plain SGD still does not move it (a
+# zero gradient is a zero step), but SGD with momentum, Adam and AdamW **do**: momentum keeps
+# pushing in the old direction, and so does Adam, whose step is its first moment divided by
+# the square root of its second moment, neither of which is zero yet.
+#
+# How far does Adam go on a zero gradient? Measure it: one step with a gradient, five with a
+# zero gradient, then one with `.grad = None`. The four entries of the gradient have very
+# different sizes.
+
+# %%
+w = nn.Parameter(torch.zeros(4))
+adam = torch.optim.Adam([w], lr=0.1)
+grads = [torch.tensor([1.0, -2.0, 0.01, 300.0])] + [torch.zeros(4)] * 5 + [None]
+print(f"{'step':>4}  {'.grad':<26} {'how far each entry moved':<34} state['step']")
+for number, grad in enumerate(grads, 1):
+    before = w.detach().clone()
+    w.grad = grad
+    adam.step()
+    moved = " ".join(f"{m:.4f}" for m in (w.detach() - before).abs().tolist())
+    shown = "None" if grad is None else " ".join(f"{g:g}" for g in grad.tolist())
+    print(f"{number:>4}  {shown:<26} {moved:<34} {int(adam.state[w]['step'])}")
+    if number == 1:
+        after_step_1 = w.detach().clone()
+for _ in range(45):  # 45 more steps with a zero gradient: 50 in all
+    w.grad = torch.zeros(4)
+    adam.step()
+drift = (w.detach() - after_step_1).abs()
+print("drift over the 50 zero-gradient steps, per entry:", " ".join(f"{d:.3f}" for d in drift))
+
+# %% [markdown]
+# When we ran it (torch 2.14.1), every entry moved by 0.1 on the first step (Adam's first
+# step is `lr` in size, whatever the gradient), and then, on the five steps with a **zero**
+# gradient, by 0.0670, 0.0518, 0.0424, 0.0359 and 0.0309: 67%, 52%, 42%, 36% and 31% of
+# `lr`, the same for a gradient of 0.01 as for one of 300, always in the direction of the
+# last real step. The step with `.grad = None` moved nothing, and `state["step"]` stayed at 6.
+#
+# Why: after one step with gradient $g$ and $t-1$ steps with 0, Adam's bias-corrected moments
+# are $\hat m = (1-\beta_1)\beta_1^{t-1} g / (1-\beta_1^t)$ and
+# $\hat v = (1-\beta_2)\beta_2^{t-1} g^2 / (1-\beta_2^t)$, and the step
+# $\mathrm{lr}\,\hat m / (\sqrt{\hat v} + \epsilon)$ does not depend on the size of $g$
+# (for $t = 2$: $0.1 \times 0.4737 / 0.7069 = 0.0670$). The first moment decays by
+# $\beta_1 = 0.9$ a step, the root of the second only by $\sqrt{\beta_2} \approx 0.9995$,
+# so the steps shrink slowly, by about 9% a step once the bias corrections settle. Over the
+# 50 zero-gradient steps each entry drifted by 0.497 in all, five times its one real step: a
+# parameter the graph stopped using keeps moving for tens of steps.
 #
 # For `DynamicNet` this decides what "skipping a layer" means. With `set_to_none=True` a
 # skipped middle layer is frozen for that step, and Adam's per-parameter step counter
@@ -650,10 +764,11 @@ optimizer_report(mlp, adam)
 #
 # Write `widen_pair(first, second, extra)` that takes `first = nn.Linear(a, h)` and
 # `second = nn.Linear(h, b)` and returns **new** layers `nn.Linear(a, h + extra)` and
-# `nn.Linear(h + extra, b)` such that `second(relu(first(x)))` is unchanged. The trick
-# (from *Net2Net*, Chen et al. 2016): keep every old weight in place, give each new hidden
-# unit small random **incoming** weights (rows of `first.weight`), and **zero outgoing**
-# weights (columns of `second.weight`), so the new units exist but do not yet contribute.
+# `nn.Linear(h + extra, b)` such that `second(relu(first(x)))` is unchanged. The trick: keep
+# every old weight in place, give each new hidden unit small random **incoming** weights
+# (rows of `first.weight`), and **zero outgoing** weights (columns of `second.weight`), so the
+# new units exist but do not yet contribute. (This is not Net2Net's recipe: that one comes
+# after the exercise.)
 #
 # Think about what happens if you make the incoming weights zero too: the function is still
 # preserved, but look at the gradient of the new weights. Copy values inside
@@ -692,54 +807,71 @@ print(
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_widen_pair"}
-def _widen_ok(_a, _h, _b, _extra, _seed):
-    torch.manual_seed(_seed)
-    _f, _s = nn.Linear(_a, _h), nn.Linear(_h, _b)
-    _f_old, _s_old = copy.deepcopy(_f), copy.deepcopy(_s)
-    _nf, _ns = widen_pair(_f, _s, _extra)
-    check(
-        isinstance(_nf, nn.Linear) and isinstance(_ns, nn.Linear),
-        "widen_pair should return two nn.Linear layers.",
-    )
-    check(
-        _nf.weight.shape == (_h + _extra, _a) and _ns.weight.shape == (_b, _h + _extra),
-        f"Expected weights of shape {(_h + _extra, _a)} and {(_b, _h + _extra)}, got "
-        f"{tuple(_nf.weight.shape)} and {tuple(_ns.weight.shape)}.",
-    )
-    check(
-        torch.equal(_f.weight, _f_old.weight) and torch.equal(_s.weight, _s_old.weight),
-        "widen_pair changed the old layers: build new ones and copy the old weights into them.",
-    )
-    check(
-        torch.equal(_nf.weight[:_h], _f.weight) and torch.equal(_ns.weight[:, :_h], _s.weight),
-        "The old weights should sit unchanged in the first rows of the new first layer and "
-        "the first columns of the new second layer.",
-    )
-    check(
-        torch.equal(_nf.bias[:_h], _f.bias) and torch.equal(_ns.bias, _s.bias),
-        "Copy the old biases too: the first layer's into the first entries of the new first "
-        "layer's bias, and the second layer's into the whole bias of the new second layer (a new "
-        "nn.Linear starts with a random bias, which would change the output).",
-    )
-    _x = torch.randn(20, _a)
-    _gap = (_ns(torch.relu(_nf(_x))) - _s(torch.relu(_f(_x)))).abs().max().item()
-    check(
-        _gap < 1e-6,
-        f"The widened pair computes a different function (gap {_gap:.1e}): the new units' "
-        "outgoing weights (the new columns of the second layer) must be zero, and the old "
-        "biases copied into the new layers.",
-    )
-    _ns(torch.relu(_nf(_x))).pow(2).sum().backward()
-    _learn = _ns.weight.grad[:, _h:].abs().sum().item() + _nf.weight.grad[_h:].abs().sum().item()
-    check(
-        _learn > 0,
-        "The new units get no gradient at all, so training can never switch them on: with zero "
-        "incoming AND zero outgoing weights they output relu(0) = 0 and pass back nothing. "
-        "Give them small random incoming weights.",
-    )
-
-
-_widen_ok(4, 3, 2, 2, 0)
+torch.manual_seed(0)
+_f, _s = nn.Linear(4, 3), nn.Linear(3, 2)
+_f_old, _s_old = copy.deepcopy(_f), copy.deepcopy(_s)
+_pair, _error = attempt(widen_pair, _f, _s, 2)
+check(_error is None, f"widen_pair(Linear(4, 3), Linear(3, 2), 2) failed with {_error}.")
+check(
+    isinstance(_pair, tuple)
+    and len(_pair) == 2
+    and all(isinstance(_layer, nn.Linear) for _layer in _pair),
+    "widen_pair should return two nn.Linear layers, as a tuple (new_first, new_second).",
+)
+_nf, _ns = _pair
+check(
+    _nf.weight.shape == (5, 4) and _ns.weight.shape == (2, 5),
+    f"Expected weights of shape (5, 4) and (2, 5), got {tuple(_nf.weight.shape)} and "
+    f"{tuple(_ns.weight.shape)}.",
+)
+check(
+    all(
+        torch.equal(_a, _b)
+        for _a, _b in zip(
+            [*_f.parameters(), *_s.parameters()],
+            [*_f_old.parameters(), *_s_old.parameters()],
+            strict=True,
+        )
+    ),
+    "widen_pair changed the old layers: build new ones and copy the old weights into them.",
+)
+check(
+    torch.equal(_nf.weight[:3], _f.weight) and torch.equal(_ns.weight[:, :3], _s.weight),
+    "The old weights should sit unchanged in the first rows of the new first layer and "
+    "the first columns of the new second layer.",
+)
+check(
+    torch.equal(_nf.bias[:3], _f.bias) and torch.equal(_ns.bias, _s.bias),
+    "Copy the old biases too: the first layer's into the first entries of the new first "
+    "layer's bias, and the second layer's into the whole bias of the new second layer (a new "
+    "nn.Linear starts with a random bias, which would change the output).",
+)
+_x = torch.randn(20, 4)
+_gap = (_ns(torch.relu(_nf(_x))) - _s(torch.relu(_f(_x)))).abs().max().item()
+check(
+    _gap < 1e-6,
+    f"The widened pair computes a different function (gap {_gap:.1e}): the new units' "
+    "outgoing weights (the new columns of the second layer) must be zero, and the old "
+    "biases copied into the new layers.",
+)
+_ns(torch.relu(_nf(_x))).pow(2).sum().backward()
+_learn = _ns.weight.grad[:, 3:].abs().sum().item() + _nf.weight.grad[3:].abs().sum().item()
+check(
+    _learn > 0,
+    "The new units get no gradient at all, so training can never switch them on: with zero "
+    "incoming AND zero outgoing weights they output relu(0) = 0 and pass back nothing. "
+    "Give them small random incoming weights.",
+)
+with torch.no_grad():
+    for _p in [*_f.parameters(), *_s.parameters()]:
+        _p.add_(1.0)
+_after = _ns(torch.relu(_nf(_x))) - _s_old(torch.relu(_f_old(_x)))
+check(
+    _after.abs().max().item() < 1e-6,
+    "After widen_pair returned, changing the old layers' weights changed what the new pair "
+    "computes: the new layers must hold copies of the old weights and biases, not the old "
+    "tensors themselves.",
+)
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
@@ -783,10 +915,11 @@ for _a, _h, _b, _extra, _seed in [(6, 5, 4, 3, 1), (2, 1, 3, 4, 2), (5, 4, 2, 1,
         "weights they pass back no gradient, and never learn.",
     )
     with torch.no_grad():
-        _f.weight.add_(1.0)
-        _s.weight.add_(1.0)
+        for _p in [*_f.parameters(), *_s.parameters()]:
+            _p.add_(1.0)
     observe(
-        f"{_call}: output of the widened pair after the old layers' weights were changed",
+        f"{_call}: output of the widened pair after the old layers' weights and biases were "
+        "changed",
         _ns(torch.relu(_nf(_x))).detach(),
         atol=1e-6,
         hint="The new layers must hold copies of the old weights, not the old layers themselves.",
@@ -794,10 +927,46 @@ for _a, _h, _b, _extra, _seed in [(6, 5, 4, 3, 1), (2, 1, 3, 4, 2), (5, 4, 2, 1,
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# Zero outgoing weights keep the output exact, and the gradient of those weights is the
-# new units' activation, which is nonzero, so the next step starts using them. (Net2Net's
-# other recipe *splits* an existing unit in two and halves its outgoing weights: also exact,
-# and the copies start useful; it needs a little noise to break their symmetry.)
+# Zero outgoing weights keep the output as it was, and the gradient of those weights is the
+# new units' activation, which is nonzero, so the next step starts using them.
+#
+# *Net2Net* (Chen, Goodfellow and Shlens, 2016) widens another way. Its Net2WiderNet makes
+# each new unit a **copy** of an existing unit (the same incoming weights and bias) and
+# splits the copied unit's outgoing weights among its copies: with one copy, both get
+# **half** of them. The sum the next layer computes is the same, and the new unit starts out
+# useful instead of silent. But the two copies then get the same gradient, so they would
+# stay copies forever: Net2Net adds a little noise to break that symmetry. See both facts:
+
+
+# %%
+def split_and_halve(first, second, unit):
+    """Net2WiderNet for one unit: append a copy of hidden `unit`, halve its outgoing weights."""
+    new_first = nn.Linear(first.in_features, first.out_features + 1)
+    new_second = nn.Linear(first.out_features + 1, second.out_features)
+    with torch.no_grad():
+        new_first.weight.copy_(torch.cat([first.weight, first.weight[unit : unit + 1]]))
+        new_first.bias.copy_(torch.cat([first.bias, first.bias[unit : unit + 1]]))
+        half = second.weight[:, unit : unit + 1] / 2
+        new_second.weight.copy_(torch.cat([second.weight, half], dim=1))
+        new_second.weight[:, unit : unit + 1] = half
+        new_second.bias.copy_(second.bias)
+    return new_first, new_second
+
+
+torch.manual_seed(0)
+f, s = nn.Linear(4, 3), nn.Linear(3, 2)
+f3, s3 = split_and_halve(f, s, unit=1)
+xs3 = torch.randn(200, 4)
+gap = (s3(torch.relu(f3(xs3))) - s(torch.relu(f(xs3)))).abs().max().item()
+print(f"largest change of the output on 200 inputs: {gap:.1e}")
+s3(torch.relu(f3(xs3))).pow(2).sum().backward()
+same = torch.equal(f3.weight.grad[1], f3.weight.grad[3])
+print("unit 1 and its copy (unit 3) get the same gradient on their incoming weights:", same)
+
+# %% [markdown]
+# When we ran it the output changed by $3 \times 10^{-8}$ at most (float32 rounding: the
+# two halves are added separately), and the two copies' gradients were identical, as they
+# must be.
 #
 # ### Exercise 5 (3 points): grow the hidden layer, and the optimizer with it
 #
@@ -814,6 +983,10 @@ for _a, _h, _b, _extra, _seed in [(6, 5, 4, 3, 1), (2, 1, 3, 4, 2), (5, 4, 2, 1,
 #    and whose `step` is a copy of the old one. Leave `fc1`'s state untouched.
 #
 # Return nothing. A parameter that never took a step may have no state at all: skip it.
+#
+# Call `widen_pair` by that name: while the check below runs `grow`, it puts a stand-in in
+# place of your `widen_pair` (new layers of the right shapes, with arbitrary weights), so that
+# it grades `grow` alone, and a mistake in exercise 4 costs points in exercise 4 only.
 
 
 # %% nbgrader={"solution": true, "grade_id": "grow"}
@@ -877,95 +1050,120 @@ def _optimizer_record(_model, _opt):
 
 
 ### END HIDDEN TESTS
-def _grow_ok(_seed, _extra, _h2):
-    torch.manual_seed(_seed)
-    _x, _y = torch.randn(16, 4), torch.randint(0, 3, (16,))
-    _model = MLP(h2=_h2)
-    _opt = torch.optim.Adam(_model.parameters(), lr=0.01)
-    train(_model, _opt, _x, _y, 3)
-    _twin, _twin_opt = copy.deepcopy((_model, _opt))  # the un-grown model, for comparison
-    _fc1_state = {k: v.clone() for k, v in _opt.state[_model.fc1.weight].items()}
-    _old = {n: p.detach().clone() for n, p in _model.named_parameters()}
-    _old_state = {
-        n: {k: v.clone() for k, v in _opt.state[p].items()} for n, p in _model.named_parameters()
-    }
-    grow(_model, _opt, _extra)
-    check(
-        _model.fc2.out_features == _h2 + _extra and _model.fc3.in_features == _h2 + _extra,
-        "model.fc2 and model.fc3 should be replaced by the widened layers.",
-    )
-    _gap = (_model(_x) - _twin(_x)).abs().max().item()
-    check(_gap < 1e-6, f"Growing changed what the model computes (gap {_gap:.1e}).")
-    _params = [p for g in _opt.param_groups for p in g["params"]]
-    check(
-        {id(p) for p in _params} == {id(p) for p in _model.parameters()} and len(_params) == 6,
-        "The optimizer's param_groups should hold exactly the model's current parameters: "
-        "replace each old fc2/fc3 tensor by its new one.",
-    )
-    check(
-        all(id(p) in {id(q) for q in _model.parameters()} for p in _opt.state),
-        "optimizer.state still holds entries for the old fc2/fc3 tensors: move them to the new "
-        "tensors and delete the old entries (they are orphans: nothing will ever use them).",
-    )
-    check(
-        all(torch.equal(_opt.state[_model.fc1.weight][k], v) for k, v in _fc1_state.items()),
-        "fc1's optimizer state changed: only the parameters of fc2 and fc3 are replaced.",
-    )
-    for _name, _p in _model.named_parameters():
-        check(
-            _p in _opt.state, f"The new {_name} has no optimizer state: carry its old state over."
-        )
-        _st = _opt.state[_p]
-        _idx = tuple(slice(0, n) for n in _old[_name].shape)
-        for _k in ("exp_avg", "exp_avg_sq"):
-            check(
-                _st[_k].shape == _p.shape and torch.equal(_st[_k][_idx], _old_state[_name][_k]),
-                f"state[{_name}][{_k!r}] should have the new shape {tuple(_p.shape)} and hold the old "
-                "values bit for bit where the old weights are.",
-            )
-            check(
-                _st[_k].count_nonzero() == _old_state[_name][_k].count_nonzero(),
-                f"state[{_name}][{_k!r}] should be zero at the new units: they have no history yet.",
-            )
-        check(
-            float(_st["step"]) == float(_old_state[_name]["step"]),
-            f"state[{_name}]['step'] should keep the old step count ({float(_old_state[_name]['step']):.0f}); "
-            "resetting it changes Adam's bias correction.",
-        )
-    train(_model, _opt, _x, _y, 1)
-    train(_twin, _twin_opt, _x, _y, 1)
-    for (_name, _p), _q in zip(_model.named_parameters(), _twin.parameters(), strict=True):
-        _idx = tuple(slice(0, n) for n in _q.shape)
-        check(
-            torch.allclose(_p[_idx], _q, atol=1e-6),
-            f"After one more Adam step the old part of {_name} moved differently from the "
-            "un-grown model: the old weights should continue exactly as if nothing happened.",
-        )
+def _stand_in_widen(first, second, extra):
+    """Stands in for your widen_pair while grow is checked, so that this check grades grow
+    alone: new layers of the widened shapes, with weights drawn from a fixed seed (they do not
+    preserve the function: that is widen_pair's job, checked in exercise 4)."""
+    _gen = torch.Generator().manual_seed(1000 * first.out_features + extra)
+    _first = nn.Linear(first.in_features, first.out_features + extra)
+    _second = nn.Linear(first.out_features + extra, second.out_features)
+    with torch.no_grad():
+        for _p in [*_first.parameters(), *_second.parameters()]:
+            _p.copy_(0.3 * torch.randn(_p.shape, generator=_gen))
+    _stand_in_widen.made.append((_first, _second))
+    return _first, _second
 
 
-_grow_ok(0, 3, 6)
+def _grow_with_stand_in(_model, _opt, _extra):
+    """grow(_model, _opt, _extra) with the stand-in for widen_pair; returns the error, or None."""
+    _yours = globals().get("widen_pair")
+    _stand_in_widen.made = []
+    globals()["widen_pair"] = _stand_in_widen
+    try:
+        return attempt(grow, _model, _opt, _extra)[1]
+    finally:
+        if _yours is not None:
+            globals()["widen_pair"] = _yours
+
+
+torch.manual_seed(0)
+_x, _y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+_model = MLP(h2=6)
+_opt = torch.optim.Adam(_model.parameters(), lr=0.01)
+train(_model, _opt, _x, _y, 3)
+_fc1_state = {_k: _v.clone() for _k, _v in _opt.state[_model.fc1.weight].items()}
+_old_names = [_n for _n, _ in _model.named_parameters()]
+_old_state = {
+    _n: {_k: _v.clone() for _k, _v in _opt.state[_p].items()}
+    for _n, _p in _model.named_parameters()
+}
+_old_shapes = {_n: _p.shape for _n, _p in _model.named_parameters()}
+_error = _grow_with_stand_in(_model, _opt, 3)
+check(
+    _error is None, f"grow(model, Adam, 3) on an MLP(h2=6) after 3 Adam steps failed with {_error}."
+)
+check(
+    len(_stand_in_widen.made) == 1
+    and _model.fc2 is _stand_in_widen.made[0][0]
+    and _model.fc3 is _stand_in_widen.made[0][1],
+    "model.fc2 and model.fc3 should be replaced by the two layers that widen_pair(model.fc2, "
+    "model.fc3, extra) returns (call it once, by that name).",
+)
+_params = [_p for _g in _opt.param_groups for _p in _g["params"]]
+_names = {id(_p): _n for _n, _p in _model.named_parameters()}
+check(
+    [_names.get(id(_p)) for _p in _params] == _old_names,
+    "The optimizer's param_groups should hold exactly the model's current parameters, each new "
+    "fc2/fc3 tensor where its old one was.",
+)
+check(
+    all(id(_p) in _names for _p in _opt.state),
+    "optimizer.state still holds entries for the old fc2/fc3 tensors: move them to the new "
+    "tensors and delete the old entries (they are orphans: nothing will ever use them).",
+)
+check(
+    all(torch.equal(_opt.state[_model.fc1.weight][_k], _v) for _k, _v in _fc1_state.items()),
+    "fc1's optimizer state changed: only the parameters of fc2 and fc3 are replaced.",
+)
+for _name, _p in _model.named_parameters():
+    check(_p in _opt.state, f"The new {_name} has no optimizer state: carry its old state over.")
+    _st = _opt.state[_p]
+    _idx = tuple(slice(0, _n) for _n in _old_shapes[_name])
+    for _k in ("exp_avg", "exp_avg_sq"):
+        check(
+            _k in _st
+            and _st[_k].shape == _p.shape
+            and torch.equal(_st[_k][_idx], _old_state[_name][_k]),
+            f"state[{_name}][{_k!r}] should have the new shape {tuple(_p.shape)} and hold the old "
+            "values bit for bit where the old weights are.",
+        )
+        check(
+            _st[_k].count_nonzero() == _old_state[_name][_k].count_nonzero(),
+            f"state[{_name}][{_k!r}] should be zero at the new units: they have no history yet.",
+        )
+    check(
+        "step" in _st and float(_st["step"]) == float(_old_state[_name]["step"]),
+        f"state[{_name}]['step'] should keep the old step count ({float(_old_state[_name]['step']):.0f}); "
+        "resetting it changes Adam's bias correction.",
+    )
+_before = {_n: _p.detach().clone() for _n, _p in _model.named_parameters()}
+train(_model, _opt, _x, _y, 1)
+check(
+    all(not torch.equal(_p, _before[_n]) for _n, _p in _model.named_parameters())
+    and all(float(_opt.state[_p]["step"]) == 4 for _p in _model.parameters()),
+    "After one more Adam step every parameter of the grown model should have moved, and each "
+    "state['step'] should be 4: the optimizer must update the new tensors, with the moved state.",
+)
 torch.manual_seed(0)
 _model = MLP()
 _opt = torch.optim.Adam(_model.parameters(), lr=0.01)  # no step taken: no state at all yet
-try:
-    grow(_model, _opt, 2)
-except KeyError:
-    check(
-        False,
-        "grow raised a KeyError for an optimizer that has not taken a step yet: its "
-        "optimizer.state has no entry for any parameter, so there is nothing to move. Move the "
-        "state of a parameter that has an entry there, and skip the others.",
-    )
-_params = [p for g in _opt.param_groups for p in g["params"]]
+_error = _grow_with_stand_in(_model, _opt, 2)
+check(
+    _error is None,
+    f"grow failed with {_error} for an optimizer that has not taken a step yet: its "
+    "optimizer.state has no entry for any parameter, so there is nothing to move. Move the "
+    "state of a parameter that has an entry there, and skip the others.",
+)
+_params = [_p for _g in _opt.param_groups for _p in _g["params"]]
 check(
     _model.fc2.out_features == 8
-    and {id(p) for p in _params} == {id(p) for p in _model.parameters()}
+    and {id(_p) for _p in _params} == {id(_p) for _p in _model.parameters()}
     and len(_params) == 6,
     "With an optimizer that has no state yet, grow should still widen the model and put the "
     "new fc2/fc3 tensors in param_groups.",
 )
 check(
-    all(id(p) in {id(q) for q in _model.parameters()} for p in _opt.state),
+    all(id(_p) in {id(_q) for _q in _model.parameters()} for _p in _opt.state),
     "With an optimizer that has no state yet, grow left entries for the old fc2/fc3 tensors in "
     "optimizer.state (reading optimizer.state[old] for a tensor without state creates an "
     "empty entry): skip a parameter that has no state.",
@@ -979,8 +1177,7 @@ for _seed, _extra, _h2 in [(5, 1, 2), (6, 5, 4)]:
     _model = _seeded(MLP(h2=_h2), 20 + _seed)
     _opt = torch.optim.Adam(_model.parameters(), lr=0.01)
     train(_model, _opt, _x, _y, 3)
-    _shapes = {_name: _p.shape for _name, _p in _model.named_parameters()}
-    grow(_model, _opt, _extra)
+    _grow_with_stand_in(_model, _opt, _extra)
     _call = f"grow(model, Adam, extra={_extra}) on a random MLP(h2={_h2}) after 3 Adam steps"
     # the new units' state is zeros and the old values are kept, so all of it is recorded
     observe(
@@ -992,21 +1189,17 @@ for _seed, _extra, _h2 in [(5, 1, 2), (6, 5, 4)]:
         "and give each new tensor the old exp_avg and exp_avg_sq bit for bit (zeros at the new "
         "units) and a copy of the old step.",
     )
-    observe(f"{_call}: output on its 16 training inputs", _model(_x).detach(), atol=1e-6)
     train(_model, _opt, _x, _y, 1)
-    observe(  # the new units' weights are random: only the old parts are recorded
-        f"{_call}: the old part of each parameter after one more Adam step",
-        {
-            _name: _p.detach()[tuple(slice(0, _n) for _n in _shapes[_name])]
-            for _name, _p in _model.named_parameters()
-        },
+    observe(
+        f"{_call}: every parameter after one more Adam step (the stand-in for widen_pair gives "
+        "the new layers fixed weights)",
+        {_name: _p.detach() for _name, _p in _model.named_parameters()},
         atol=1e-6,
-        hint="The old weights should take the step they would have taken without growing: the "
-        "optimizer must update the new tensors, with the old state moved onto them.",
+        hint="The optimizer must update the new tensors, with the old state moved onto them.",
     )
 _model = _seeded(MLP(h2=4), 30)
 _opt = torch.optim.Adam(_model.parameters(), lr=0.01)
-grow(_model, _opt, 3)
+_grow_with_stand_in(_model, _opt, 3)
 observe(
     "grow(model, Adam, extra=3) on a random MLP(h2=4) whose Adam took no step yet: "
     "param_groups order, orphaned state entries, each parameter's shape and state",
@@ -1020,10 +1213,9 @@ observe(
 
 # %% [markdown]
 # After growing, the old weights take the same Adam step they would have taken in the
-# small model (up to float rounding; the output changed by about $10^{-8}$ above, the
-# rounding of a wider matrix product): the new units add zero to the output, so the old
-# gradients are unchanged,
-# and the moments and step count came along. Had you created a fresh `Adam`, every weight
+# small model: the new units add zero to the output (the output above did not change at all
+# when we ran it), so the old gradients are unchanged, and the moments and step count came
+# along. Had you created a fresh `Adam`, every weight
 # would restart with `step = 1`, whose bias-corrected update is about `lr` in size for
 # every weight, a jolt to a network in the middle of training.
 #
@@ -1133,61 +1325,58 @@ print("optimizer.state_dict() holds state for", len(adam.state_dict()["state"]),
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_shrink"}
-def _shrink_ok(_seed, _keep, _h2):
-    torch.manual_seed(_seed)
-    _x, _y = torch.randn(16, 4), torch.randint(0, 3, (16,))
-    _model = MLP(h2=_h2)
-    _opt = torch.optim.Adam(_model.parameters(), lr=0.01)
-    train(_model, _opt, _x, _y, 3)
-    _ref = copy.deepcopy(_model)
-    _old_state = {
-        n: {k: v.clone() for k, v in _opt.state[p].items()} for n, p in _model.named_parameters()
-    }
-    shrink(_model, _opt, _keep)
-    check(
-        _model.fc2.out_features == len(_keep) and _model.fc3.in_features == len(_keep),
-        f"After shrink, fc2 should have {len(_keep)} outputs and fc3 {len(_keep)} inputs.",
-    )
-    _drop = [i for i in range(_h2) if i not in _keep]
-    with torch.no_grad():
-        _ref.fc3.weight[:, _drop] = 0.0  # the small model = the big one with those units silenced
-    _gap = (_model(_x) - _ref(_x)).abs().max().item()
-    check(
-        _gap < 1e-6,
-        f"The shrunk model should compute the old one minus the dropped units (gap {_gap:.1e}).",
-    )
-    _model_ids = {id(p) for p in _model.parameters()}
-    _params = [p for g in _opt.param_groups for p in g["params"]]
-    check(
-        {id(p) for p in _params} == _model_ids and len(_params) == 6,
-        "The optimizer's param_groups should hold exactly the model's current parameters.",
-    )
-    _orphans = [p for p in _opt.state if id(p) not in _model_ids]
-    check(
-        not _orphans,
-        f"optimizer.state has {len(_orphans)} orphaned entries (state of tensors the model no "
-        "longer has): pop the old entries when you move them. Orphans waste memory, and "
-        "optimizer.state_dict() fails on them with a KeyError, so you could not save.",
-    )
-    _k = torch.tensor(_keep)
-    for _name, _take in [
-        ("fc2.weight", lambda t: t[_k]),
-        ("fc2.bias", lambda t: t[_k]),
-        ("fc3.weight", lambda t: t[:, _k]),
-        ("fc3.bias", lambda t: t),
-    ]:
-        _p = dict(_model.named_parameters())[_name]
+torch.manual_seed(0)
+_x, _y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+_model = MLP(h2=6)
+_opt = torch.optim.Adam(_model.parameters(), lr=0.01)
+train(_model, _opt, _x, _y, 3)
+_ref = copy.deepcopy(_model)
+_old_state = {
+    _n: {_k: _v.clone() for _k, _v in _opt.state[_p].items()}
+    for _n, _p in _model.named_parameters()
+}
+_keep = [0, 2, 3, 5]
+_result, _error = attempt(shrink, _model, _opt, _keep)
+check(_error is None, f"shrink(model, Adam, [0, 2, 3, 5]) on an MLP(h2=6) failed with {_error}.")
+check(
+    _model.fc2.out_features == 4 and _model.fc3.in_features == 4,
+    "After shrink with 4 units kept, fc2 should have 4 outputs and fc3 4 inputs.",
+)
+with torch.no_grad():
+    _ref.fc3.weight[:, [1, 4]] = 0.0  # the small model = the big one with those units silenced
+_gap = (_model(_x) - _ref(_x)).abs().max().item()
+check(
+    _gap < 1e-6,
+    f"The shrunk model should compute the old one minus the dropped units (gap {_gap:.1e}).",
+)
+_model_ids = {id(_p) for _p in _model.parameters()}
+_params = [_p for _g in _opt.param_groups for _p in _g["params"]]
+check(
+    {id(_p) for _p in _params} == _model_ids and len(_params) == 6,
+    "The optimizer's param_groups should hold exactly the model's current parameters.",
+)
+_orphans = [_p for _p in _opt.state if id(_p) not in _model_ids]
+check(
+    not _orphans,
+    f"optimizer.state has {len(_orphans)} orphaned entries (state of tensors the model no "
+    "longer has): pop the old entries when you move them. Orphans waste memory, and "
+    "optimizer.state_dict() fails on them with a KeyError, so you could not save.",
+)
+_k = torch.tensor(_keep)
+for _name, _take in [
+    ("fc2.weight", lambda t: t[_k]),
+    ("fc2.bias", lambda t: t[_k]),
+    ("fc3.weight", lambda t: t[:, _k]),
+    ("fc3.bias", lambda t: t),
+]:
+    _p = dict(_model.named_parameters())[_name]
+    check(_p in _opt.state, f"The new {_name} has no optimizer state: carry its old state over.")
+    for _key in ("exp_avg", "exp_avg_sq"):
         check(
-            _p in _opt.state, f"The new {_name} has no optimizer state: carry its old state over."
+            _key in _opt.state[_p]
+            and torch.equal(_opt.state[_p][_key], _take(_old_state[_name][_key])),
+            f"state[{_name}][{_key!r}] should be the old state, sliced like the weight.",
         )
-        for _key in ("exp_avg", "exp_avg_sq"):
-            check(
-                torch.equal(_opt.state[_p][_key], _take(_old_state[_name][_key])),
-                f"state[{_name}][{_key!r}] should be the old state, sliced like the weight.",
-            )
-
-
-_shrink_ok(0, [0, 2, 3, 5], 6)
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
@@ -1217,6 +1406,102 @@ for _seed, _keep, _h2 in [(1, [1], 3), (2, [0, 1, 2, 3], 4), (8, [0, 3, 4], 6)]:
     )
     observe(f"{_call}: output on its 16 training inputs", _model(_x).detach(), atol=1e-6)
 ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### How often may the structure change?
+#
+# A forum answer on dynamic graphs warns that changing the hidden layers changes the
+# optimisation objective, "so if you change it too often, it may be complex for your
+# optimization to converge properly as the point where it tries to converge to moves every
+# time you change the structure". Let's measure it on `DynamicNet` (section 1), whose
+# structure is its depth. Each run trains a `DynamicNet` with Adam on the data of the growing
+# experiment above, and draws a new depth (0 to 3) every `k` steps: every step (`k = 1`, what
+# `DynamicNet` does), every 10, 50 or 200 steps. Two measures:
+#
+# * the training loss, at the depth in use: what the optimizer sees;
+# * every 10 steps, the loss averaged over the four depths: how good the model is as a
+#   model that may run at any depth.
+#
+# Five seeds per `k` (the seed fixes the first weights and the depths drawn). This took
+# about 35 seconds on the shared 2-core machine where we measured it (one seed and 100 steps
+# while the notebook is graded).
+
+
+# %%
+def depth_every(k, seed, steps):
+    """Train a DynamicNet with Adam, a new depth every k steps. Returns the training loss of
+    each step, and every 10 steps the loss averaged over the four depths."""
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    net = DynamicNet(d_in=4, hidden=16, d_out=3)
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.01)
+    train_loss, any_depth = [], []
+    for step in range(steps):
+        if step % k == 0:
+            depth = rng.randint(0, 3)
+        optimizer.zero_grad()
+        loss = F.cross_entropy(net(x_fit, depth), y_fit)
+        loss.backward()
+        optimizer.step()
+        train_loss.append(loss.item())
+        if step % 10 == 9:
+            with torch.no_grad():
+                losses = [F.cross_entropy(net(x_fit, d), y_fit).item() for d in range(4)]
+            any_depth.append(sum(losses) / 4)
+    return train_loss, any_depth
+
+
+EVERY = (1, 10, 50, 200)
+SEEDS, STRUCTURE_STEPS = ((0,), 100) if GRADING else (range(5), 600)
+runs = {
+    k: [depth_every(k, seed, STRUCTURE_STEPS) for seed in tqdm(SEEDS, desc=f"k = {k}", leave=False)]
+    for k in EVERY
+}
+print(f"loss averaged over the four depths after {STRUCTURE_STEPS} steps, per seed:")
+for k, results in runs.items():
+    final = torch.tensor([any_depth[-1] for _, any_depth in results])
+    print(
+        f"  new depth every {k:>3} step(s): "
+        + " ".join(f"{v:6.3f}" for v in final)
+        + f" | mean {final.mean():.3f}, min {final.min():.3f}, max {final.max():.3f}"
+    )
+if GRADING:
+    print("(grading mode: one seed, 100 steps: these numbers mean nothing)")
+else:
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.5))
+    for index, k in enumerate(EVERY):
+        color = f"C{index}"
+        left.plot(runs[k][0][0], color=color, linewidth=0.8, label=f"every {k}")
+        curves = torch.tensor([any_depth for _, any_depth in runs[k]])
+        at = range(10, 10 * curves.shape[1] + 1, 10)
+        right.plot(at, curves.mean(0), color=color, label=f"every {k}")
+        right.fill_between(at, curves.min(0).values, curves.max(0).values, color=color, alpha=0.2)
+    left.set_title("training loss at the depth in use (seed 0)")
+    right.set_title(
+        f"loss averaged over the 4 depths\n(mean of {len(SEEDS)} seeds; band: min to max)"
+    )
+    for ax in (left, right):
+        ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.legend(title="new depth")
+    plt.show()
+
+# %% [markdown]
+# When we ran it, the more often the depth changed, the better the model did at every depth.
+# After 600 steps the loss averaged over the four depths was 0.038 (0.028 to 0.055 over the
+# five seeds) with a new depth every step, 0.076 every 10 steps, 0.113 every 50 steps, and
+# 3.80 (0.83 to 10.5) every 200 steps. The left plot shows why: during a long stretch at one
+# depth the training loss at that depth falls far lower (the red curve reaches about
+# 0.0002), the shared weights specialise to that depth, and the next change of depth sends
+# the loss up by orders of magnitude (above 10 at some changes, with a new depth every 50
+# steps).
+#
+# So the forum's picture of a target that moves with the structure is right, but here it is
+# the *rare* changes that move it: a structure redrawn at every step gives the optimizer one
+# fixed target, the average over the structures, and Adam converges to it. This measures one
+# model, one optimizer and one kind of change (the depth, with the weights and Adam's state
+# kept). A change that resets weights or the optimizer's state, like the fresh `Adam` of the
+# growing experiment above, is another matter, which this experiment does not measure.
 
 # %% [markdown]
 # ## 5. Saving and restoring a model that changed shape
@@ -1287,29 +1572,31 @@ def restore_mlp(state_dict):
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_restore_mlp"}
-def _restore_ok(_model):
-    _buffer = io.BytesIO()
-    torch.save(_model.state_dict(), _buffer)  # a real round trip through bytes
-    _buffer.seek(0)
-    _sd = torch.load(_buffer)
-    try:
-        _back = restore_mlp(_sd)
-    except NotImplementedError:
-        raise
-    except RuntimeError as _error:
-        check(
-            False,
-            f"restore_mlp failed to load: read the sizes from the shapes. ({str(_error)[:120]}...)",
-        )
-    check(isinstance(_back, MLP), "restore_mlp should return an MLP.")
-    _x = torch.randn(7, _model.fc1.in_features)
-    check(
-        torch.equal(_back(_x), _model(_x)),
-        "The restored model computes something else than the saved one.",
-    )
-
-
-_restore_ok(MLP(h2=10))  # the shape of a grown MLP
+_model = MLP(h2=10)  # the shape of a grown MLP
+_buffer = io.BytesIO()
+torch.save(_model.state_dict(), _buffer)  # a real round trip through bytes
+_buffer.seek(0)
+_sd = torch.load(_buffer)
+_back, _error = attempt(restore_mlp, _sd)
+check(
+    _error is None,
+    f"restore_mlp failed on the state dict of an MLP(h2=10) with {_error}: read the sizes "
+    "from the shapes.",
+)
+check(isinstance(_back, MLP), "restore_mlp should return an MLP.")
+_x = torch.randn(7, 4)
+check(
+    torch.equal(_back(_x), _model(_x)),
+    "The restored model computes something else than the saved one.",
+)
+with torch.no_grad():
+    for _t in _sd.values():
+        _t.add_(1.0)
+check(
+    torch.equal(_back(_x), _model(_x)),
+    "Changing the state dict's tensors after restore_mlp returned changed the restored model: "
+    "it must hold its own copies (load_state_dict copies them; assign=True would not).",
+)
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
@@ -1439,37 +1726,53 @@ for name, p in new.named_parameters():
 
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_state_by_name"}
-def _by_name_ok(_src, _src_opt, _dst):
-    _named = optimizer_state_by_name(_src, _src_opt)
-    check(isinstance(_named, dict), "optimizer_state_by_name should return a dict.")
-    _with_state = {n for n, p in _src.named_parameters() if p in _src_opt.state}
+_named, _error = attempt(optimizer_state_by_name, old, old_opt)
+check(
+    _error is None,
+    f"optimizer_state_by_name(model, optimizer) failed on the TwoBranch above with {_error}.",
+)
+check(isinstance(_named, dict), "optimizer_state_by_name should return a dict.")
+_with_state = {_n for _n, _p in old.named_parameters() if _p in old_opt.state}
+check(
+    set(_named) == _with_state,
+    f"Expected keys {sorted(_with_state)} (the names of the parameters with state), got {sorted(_named)}.",
+)
+_src_params = dict(old.named_parameters())
+check(
+    all(
+        _t is not old_opt.state[_src_params[_n]][_k]
+        for _n, _state in _named.items()
+        for _k, _t in _state.items()
+        if torch.is_tensor(_t)
+    ),
+    "optimizer_state_by_name returned the optimizer's own state tensors: clone them, or the "
+    "saved copy changes with every later step (Adam updates its state in place).",
+)
+_dst = TwoBranchV2()
+_dst_opt = torch.optim.Adam(_dst.parameters(), lr=0.1)
+_result, _error = attempt(load_optimizer_state_by_name, _dst, _dst_opt, _named)
+check(
+    _error is None,
+    f"load_optimizer_state_by_name failed on a TwoBranchV2 with the saved state, with {_error}.",
+)
+for _name, _p in _dst.named_parameters():
+    _had = _src_params[_name] in old_opt.state
     check(
-        set(_named) == _with_state,
-        f"Expected keys {sorted(_with_state)} (the names of the parameters with state), got {sorted(_named)}.",
+        (_p in _dst_opt.state) == _had,
+        f"{_name} {'should' if _had else 'should not'} have optimizer state after loading: "
+        "match by name, not by position.",
     )
-    _dst_opt = torch.optim.Adam(_dst.parameters(), lr=0.1)
-    load_optimizer_state_by_name(_dst, _dst_opt, _named)
-    _src_params = dict(_src.named_parameters())
-    for _name, _p in _dst.named_parameters():
-        _had = _src_params[_name] in _src_opt.state
-        check(
-            (_p in _dst_opt.state) == _had,
-            f"{_name} {'should' if _had else 'should not'} have optimizer state after loading: "
-            "match by name, not by position.",
-        )
-        if _had:
-            for _k, _v in _src_opt.state[_src_params[_name]].items():
-                check(
-                    torch.equal(_dst_opt.state[_p][_k], _v),
-                    f"state[{_name}][{_k!r}] differs from the saved one.",
-                )
-                check(
-                    _dst_opt.state[_p][_k] is not _v,
-                    "Clone the state tensors: sharing them ties the two optimizers together.",
-                )
-
-
-_by_name_ok(old, old_opt, TwoBranchV2())
+    if _had:
+        for _k, _v in old_opt.state[_src_params[_name]].items():
+            check(
+                _k in _dst_opt.state[_p] and torch.equal(_dst_opt.state[_p][_k], _v),
+                f"state[{_name}][{_k!r}] differs from the saved one.",
+            )
+            check(
+                _dst_opt.state[_p][_k] is not _named[_name][_k],
+                "Clone the state tensors when you load them: sharing them with the saved copy "
+                "ties the two together.",
+            )
 _bad = {
     "a.weight": {
         "step": torch.tensor(1.0),
@@ -1477,13 +1780,38 @@ _bad = {
         "exp_avg_sq": torch.zeros(5, 5),
     }
 }
+_tb = TwoBranch()
 try:
-    load_optimizer_state_by_name(TwoBranch(), torch.optim.Adam(TwoBranch().parameters()), _bad)
-    _raised = False
-except ValueError:
-    _raised = True
+    load_optimizer_state_by_name(_tb, torch.optim.Adam(_tb.parameters()), _bad)
+    _raised = None
+except NotImplementedError:
+    raise
+except Exception as _e:
+    _raised = _e
 check(
-    _raised, "Loading state of shape (5, 5) onto a.weight (shape (2, 3)) should raise ValueError."
+    isinstance(_raised, ValueError),
+    "Loading state of shape (5, 5) onto a.weight (shape (2, 3)) should raise a ValueError; "
+    f"got {type(_raised).__name__ if _raised is not None else 'no error'}.",
+)
+check(
+    "a.weight" in str(_raised),
+    "The ValueError's message should name the parameter, a.weight, so that the reader knows "
+    "which one does not fit.",
+)
+_good = {
+    "a.weight": {
+        "step": torch.tensor(3.0),
+        "exp_avg": torch.ones(2, 3),
+        "exp_avg_sq": torch.ones(2, 3),
+    }
+}
+_result, _error = attempt(
+    load_optimizer_state_by_name, _tb, torch.optim.Adam(_tb.parameters()), _good
+)
+check(
+    _error is None,
+    f"Loading a state that fits (exp_avg of shape (2, 3), and the 0-d step) raised {_error}: "
+    "skip 0-d tensors like step in the shape check.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -1578,11 +1906,17 @@ for _label, _sizes in [("d_in=6", dict(d_in=6)), ("d_out=5", dict(d_out=5))]:
 # * A dynamic graph and its unrolled static twin give the same gradients; a shared layer
 #   used twice gets the sum of both contributions, and a layer not used gets `None`.
 # * An optimizer step is an update rule applied to `.grad`; yours matched `torch.optim.SGD`
-#   bit for bit once it used the same operations.
+#   to rounding, and bit for bit only if it used the same operations: two correct programs
+#   may round differently, so compare them with a tolerance.
 # * A `None` gradient means "skip me" to every `torch.optim` optimizer; a zero gradient
-#   still lets momentum and Adam move a parameter. `zero_grad(set_to_none=...)` chooses.
-# * Widening a layer with zero outgoing weights preserves the function exactly; the
-#   optimizer keys its state by tensor, so replaced tensors need their state moved, old
+#   still lets momentum and Adam move a parameter (Adam by 67% of `lr` on the first step
+#   after the last real gradient, whatever its size). `zero_grad(set_to_none=...)` chooses.
+# * Net2WiderNet copies a unit and halves its outgoing weights; zero outgoing weights for new
+#   random units is another function-preserving trick. Either way the optimizer state must
+#   follow the new tensors.
+# * Drawing a new depth at every step did not hurt `DynamicNet`'s training; keeping one depth
+#   for long stretches did (see the measurement in section 4).
+# * The optimizer keys its state by tensor, so replaced tensors need their state moved, old
 #   entries deleted, and nothing left orphaned.
 # * A `state_dict` maps names to tensors and knows nothing of `forward`; loading checks
 #   names and shapes (`strict=False` forgives names only). An optimizer's `state_dict`
