@@ -61,6 +61,9 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 
+# grades.csv: nbgrader's columns, quoted as CSV needs (any student folder name is one field).
+c.ExportApp.plugin_class = "graders.export.QuotedCsvExport"
+
 # Feedback shows the judge's sentence for each check, never hidden code or kernel output.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",

@@ -36,6 +36,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -188,10 +189,13 @@ def grade_class(
     report.problems = problems
     for problem in problems:  # a known student's lab that cannot be read: 0, flagged
         if problem.student is not None:
-            merge.record_failure(root, problem.student, problem.lab)
-            problem.reason += "; recorded as 0"
-            failed = HandIn(problem.student, problem.lab, b"", where=problem.where)
-            log_hand_in(root, failed, {"ok": False}, report, key=None)
+            try:
+                merge.record_failure(root, problem.student, problem.lab)
+                problem.reason += "; recorded as 0"
+                failed = HandIn(problem.student, problem.lab, b"", where=problem.where)
+                log_hand_in(root, failed, {"ok": False}, report, key=None)
+            except Exception as error:  # noqa: BLE001 - one hand-in never stops the class
+                problem.reason += f"; could not be recorded ({type(error).__name__})"
     for hand_in in hand_ins:
         if hand_in.ignored:
             shown = ", ".join(hand_in.ignored[:5]) + (" ..." if len(hand_in.ignored) > 5 else "")
@@ -200,11 +204,9 @@ def grade_class(
             )
     labs_graded = sorted({h.lab for h in hand_ins})
     judge.prepare_references(root, labs_graded, workers)
-    tmp = root / "build" / "grading"
-    tmp.mkdir(parents=True, exist_ok=True)
-    course = course_inputs(
-        root, labs_graded, assignments_only(root / "gradebook.db", tmp / "labs.db")
-    )
+    with tempfile.TemporaryDirectory(prefix="grading-") as tmp:  # nothing left in the course
+        labs_only = assignments_only(root / "gradebook.db", Path(tmp) / "labs.db")
+        course = course_inputs(root, labs_graded, labs_only)
     keys = {(h.student, h.lab): hand_in_key(h, course) for h in hand_ins}
     if not force:  # resume: what was graded from the same inputs stays as it is
         log, in_book = read_log(root), already_graded(root, labs_graded)

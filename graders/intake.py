@@ -150,20 +150,19 @@ def _take(student: str, lab: str, folder: Path, where: str) -> HandIn | Problem:
     if reason:
         return Problem(f"{where}/{name}", reason, student, lab)
     timestamp, ignored = None, []
+    stamp = folder / "timestamp.txt"  # by name: however many files are beside it
+    if stamp.exists() or stamp.is_symlink():
+        try:
+            timestamp = parse_timestamp(read_regular(stamp, MAX_TIMESTAMP_BYTES))
+        except Refused:
+            timestamp = None
+        if timestamp is None:
+            ignored.append("timestamp.txt (not a timestamp nbgrader can read)")
     try:
-        others = [e.name for e in _entries(folder) if e.name != name]
+        others = [e.name for e in _entries(folder) if e.name not in (name, "timestamp.txt")]
     except OSError:
         others = []
-    for other in others:
-        if other == "timestamp.txt":
-            try:
-                timestamp = parse_timestamp(read_regular(folder / other, MAX_TIMESTAMP_BYTES))
-            except Refused:
-                timestamp = None
-            if timestamp is None:
-                ignored.append(f"{other} (not a timestamp nbgrader can read)")
-            continue
-        ignored.append(other)
+    ignored = sorted(ignored + others)  # in the folder's order, timestamp.txt's note in place
     return HandIn(student, lab, data, timestamp, ignored, where)
 
 
@@ -180,25 +179,38 @@ def discover(root: Path, labs: list[str]) -> tuple[list[HandIn], list[Problem]]:
         return found, [Problem("submitted", f"cannot be listed ({error.strerror})")]
     for student in students:
         where = f"submitted/{student.name}"
+        try:
+            student.name.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = student.name.encode("utf-8", "replace").decode("utf-8")
+            problems.append(Problem(f"submitted/{shown}", "a folder name that is not UTF-8 "
+                                    "text: rename it, then grade again (ignored)"))  # fmt: skip
+            continue
         if not _real_folder(student):
             what = "a link" if student.is_symlink() else "a file"
             problems.append(Problem(where, f"{what} where a student folder belongs (ignored)"))
             continue
+        folder = Path(student.path)
+        for lab in labs:  # each lab by name: however many entries the folder holds
+            lab_folder = folder / lab
+            lab_where = f"{where}/{lab}"
+            if not (lab_folder.exists() or lab_folder.is_symlink()):
+                continue
+            if lab_folder.is_symlink() or not lab_folder.is_dir():
+                what = "a link" if lab_folder.is_symlink() else "a file"
+                reason = f"{what} where a lab folder belongs (not followed)"
+                problems.append(Problem(lab_where, reason, student.name, lab))
+                continue
+            result = take(student.name, lab, lab_folder, lab_where)
+            (found if isinstance(result, HandIn) else problems).append(result)
         try:
-            entries = _entries(Path(student.path))
+            entries = _entries(folder)
         except OSError as error:
             problems.append(Problem(where, f"cannot be listed ({error.strerror})"))
             continue
         for entry in entries:
-            lab_where = f"{where}/{entry.name}"
             if entry.name not in labs:
-                problems.append(Problem(lab_where, f"there is no lab named {entry.name!r}"))
-                continue
-            if not _real_folder(entry):
-                what = "a link" if entry.is_symlink() else "a file"
-                reason = f"{what} where a lab folder belongs (not followed)"
-                problems.append(Problem(lab_where, reason, student.name, entry.name))
-                continue
-            result = take(student.name, entry.name, Path(entry.path), lab_where)
-            (found if isinstance(result, HandIn) else problems).append(result)
+                problems.append(
+                    Problem(f"{where}/{entry.name}", f"there is no lab named {entry.name!r}")
+                )
     return found, problems

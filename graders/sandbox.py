@@ -61,6 +61,7 @@ GROUP_MEMORY_BYTES = 6 * 2**30  # resident memory of all the kernel's processes 
 PROCESS_CAP = 256  # processes and threads of one kernel
 FILE_CAP_BYTES = 64 * 2**20  # the largest file a notebook may write
 WORKDIR_BYTES = 256 * 2**20  # the kernel's working folder (tmpfs), all files together
+PRIVATE_BYTES = 8 * 2**20  # its runtime folder (connection file, sockets): a tmpfs as root
 SHM_BYTES = 64 * 2**20  # its /dev/shm
 KILL_GRACE_S = 60  # a kernel still running this long after its notebook's budget is killed
 # torch threads of a graded kernel (and of the reference run, so both compute alike): the
@@ -208,7 +209,8 @@ def kernel_argv(
         "--clearenv",
         *_system_binds(),
     ]
-    argv += ["--perms", "1777", "--tmpfs", "/tmp"]  # first: binds below /tmp stay visible
+    # first: binds below /tmp stay visible; capped like the working folder
+    argv += ["--size", str(WORKDIR_BYTES), "--perms", "1777", "--tmpfs", "/tmp"]
     taken: set[Path] = {Path("/usr"), Path("/tmp")}
     argv += _readonly([*python_paths(), KERNEL_SIDE, *readonly], taken)
     argv += ["--dev", "/dev", "--proc", "/proc"]
@@ -353,7 +355,22 @@ def protections_missing() -> list[str]:
         missing.append(available())
     if memory_groups().why_not:
         missing.append(memory_groups().why_not)
+    if os.getuid() != 0:
+        missing.append(
+            "the kernel's runtime folder (its connection file and sockets) is a host folder "
+            "with no size cap when the grader is not root; files there are capped at "
+            f"{FILE_CAP_BYTES // 2**20} MB each"
+        )
     return missing
+
+
+def _mount_tmpfs(folder: Path, uid: int) -> bool:
+    """Make `folder` a small tmpfs owned by `uid` (root only); False where that fails."""
+    options = f"size={PRIVATE_BYTES},mode=0700,uid={uid},gid={uid},nodev,nosuid,noexec"
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True
+    )
+    return done.returncode == 0
 
 
 def _private_root() -> Path:
@@ -388,8 +405,10 @@ class SandboxKernelManager(AsyncKernelManager):
         private = Path(tempfile.mkdtemp(prefix="kernel-", dir=runtime))
         self._private = private
         uid = None
+        self._mounted = False
         if os.getuid() == 0:  # a host user of its own, that owns nothing
             uid = 200_000 + secrets.randbelow(800_000)
+            self._mounted = _mount_tmpfs(private, uid)  # the one host folder it writes: capped
             os.chown(private, uid, uid)
         private.chmod(0o700)
         self.transport, self.ip = "ipc", str(private / "kernel")  # sockets cross namespaces
@@ -441,7 +460,13 @@ class SandboxKernelManager(AsyncKernelManager):
         finally:
             MemoryGroups.remove(self._groups)
             if self._private is not None:  # links in it are removed, never followed
+                if getattr(self, "_mounted", False):
+                    subprocess.run(["umount", "-l", str(self._private)], capture_output=True)
                 shutil.rmtree(self._private, ignore_errors=True)
+
+    # jupyter_client binds shutdown_kernel to its own coroutine function at class creation,
+    # so the override above must be named here too, or nbclient's shutdown never reaches it
+    shutdown_kernel = _async_shutdown_kernel
 
 
 class SandboxedExecute(Execute):

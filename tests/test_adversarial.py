@@ -15,8 +15,10 @@ The attacks come in classes (each student says which in `HOSTILE`):
 6. the sandbox's allow-list and limits (secrets, uid, memory over processes, a fork bomb,
    /dev/shm), plus late submissions as plain nbgrader sees them.
 
-Tests marked ``GRADER BUG`` (xfail, strict) show a hole found here; the reason says what a
-fix must do, and the test turns green (so strict xfail fails) once it is fixed.
+The last tests are the holes this class found in the grader (each was a strict xfail until
+its fix): the judge's sentence quoting a record, the runtime folder and /tmp without a size
+cap, a crowded folder hiding timestamp.txt, CSV-breaking names, a folder name that is not
+UTF-8.
 """
 
 from __future__ import annotations
@@ -46,6 +48,26 @@ from graders.demo import declared_class, student_notebook, write_class
 from graders.grade import grade_class
 
 LAB = "lab02_backprop"  # 10 points: 5 test cells of 2, answer cells below
+# The attacks are on the grader, not on a lab: they grade lab 2 as it was when they were
+# written (tests/fixtures/solutions/), so that editing the course does not move their scores.
+FROZEN = Path(__file__).resolve().parent / "fixtures" / "solutions"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def frozen_lab():
+    """Every build and demo class of this module reads the frozen lab 2."""
+    import graders.build
+    import graders.demo
+
+    patch = pytest.MonkeyPatch()
+    frozen = lambda lab: FROZEN / lab / f"{lab}.py"  # noqa: E731
+    patch.setattr(graders.build, "lab_source", frozen)
+    patch.setattr(graders.demo, "SOLUTIONS", FROZEN)
+    patch.setitem(globals(), "lab_source", frozen)
+    yield
+    patch.undo()
+
+
 FIRST, SECOND = "recurrent_step", "backward_twice"
 TEST_CELLS = [
     "test_recurrent_step",
@@ -1206,25 +1228,12 @@ def test_memory_over_many_processes_is_capped_together(graded):
     assert hog["killed_by_the_cap"] > 0 or hog["allocated"] < 4, hog
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GRADER BUG: the kernel's private runtime folder (connection file and sockets) is "
-    "bound writable from the host's disk with no size cap (only RLIMIT_FSIZE per file), so "
-    "a notebook can fill the grading machine's disk. Fix: make that folder a small host-side "
-    "tmpfs (or bind it read-only once the sockets exist), or give it a quota.",
-)
 def test_the_kernel_cannot_fill_the_hosts_disk(graded):
     root, _scores, _report, _before = graded
     private = reported(root, "sandbox_probe", "FILLS")["private"]
     assert private["mib"] <= 16, private
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GRADER BUG: the kernel's /tmp is a tmpfs with no size (half the machine's RAM), "
-    "unlike its working folder and /dev/shm; only the cgroup, where there is one, bounds it. "
-    "Fix: --size for /tmp too (e.g. WORKDIR_BYTES), or no /tmp of its own (TMPDIR is set).",
-)
 def test_the_kernels_tmp_is_capped_like_its_working_folder(graded):
     root, _scores, _report, _before = graded
     tmp = reported(root, "sandbox_probe", "FILLS")["tmp"]
@@ -1253,13 +1262,6 @@ def test_late_submissions_are_late_as_plain_nbgrader_would_say(graded):
     assert "timestamp.txt (not a timestamp" in notes[f"submitted/links_everywhere/{LAB}"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GRADER BUG: intake finds timestamp.txt by listing the hand-in folder, and lists "
-    "at most MAX_LISTED (10,000) entries in the filesystem's order: a folder with 20,000 "
-    "other files hides a late timestamp, and the submission is graded as on time. Fix: read "
-    "timestamp.txt by its name (read_regular(folder / 'timestamp.txt')), as the notebook is.",
-)
 def test_a_crowded_folder_does_not_hide_a_late_timestamp(graded):
     root, _scores, _report, _before = graded
     folder = root / "submitted" / "class_stopper" / LAB
@@ -1312,13 +1314,6 @@ def test_any_folder_name_is_graded_under_its_own_name(named):
     assert not report.problems, report.problems
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GRADER BUG: grades.csv is nbgrader's CSV export, which joins fields with ',' "
-    "and quotes nothing: a student folder named with a comma, quote or newline shifts its "
-    "row's columns or adds rows (a forged row for someone else). Fix: write grades.csv with "
-    "the csv module (quoting), or refuse such folder names at intake with a problem.",
-)
 def test_grades_csv_keeps_one_row_per_student_whatever_the_name(named):
     root, _report = named
     rows = grades_csv(root)
@@ -1345,15 +1340,6 @@ def test_feedback_shows_no_hidden_code_whatever_the_kernel_printed(named):
     assert scan_for_leaks(root, owners, unless="leaks_through_the_judge") == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GRADER BUG: the judge's sentence quotes what a record holds (a tensor's dtype "
-    "and shape, a dict's unexpected key), and the feedback shows the sentence; a kernel "
-    "that replaces a test cell's records (it has the cell's source from an event hook) puts "
-    "the hidden code there. Fix: never quote a student's record: check a tensor record's "
-    "schema (shape a list of ints, dtype one of torch's names) and word the difference "
-    "without its text (and keep exception names in sentences to known ones).",
-)
 def test_the_judges_sentence_carries_no_hidden_code(named):
     root, report = named
     assert report.scores[("leaks_through_the_judge", LAB)] == 8  # its forged check fails
@@ -1363,14 +1349,6 @@ def test_the_judges_sentence_carries_no_hidden_code(named):
     assert leaked == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GRADER BUG: a student folder whose name is not UTF-8 (bytes from an archive or an "
-    "LMS export) stops the whole class run: grade_class records intake problems with "
-    "merge.record_failure outside any try, and SQLite cannot store the name. Fix: intake "
-    "refuses such a folder as a Problem without a student (named by repr), and grade_class "
-    "catches a failure to record one problem.",
-)
 def test_a_folder_name_that_is_not_utf8_does_not_stop_the_class(pristine, tmp_path):
     root = course_copy(pristine, tmp_path / "course")
     (root / "submitted" / "no_notebook" / LAB).mkdir(parents=True)
