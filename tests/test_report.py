@@ -29,7 +29,7 @@ import pytest
 from graders.build import build
 from graders.course import REPO
 from graders.demo import write_class
-from graders.grade import GRADING_LOG, grade_class
+from graders.grade import GRADING_LOG, grade_class, read_scores
 from graders.report import WIDE_CSV, build_report
 
 LABS = ["lab02_backprop", "lab03_accumulation"]  # the two fastest labs to grade
@@ -148,14 +148,17 @@ def test_pass_rates_scores_and_totals_are_the_gradebooks(graded):
     wide = {r["student_id"]: r for r in read_csv(graded / WIDE_CSV)}
     assert set(students) == set(wide) == set(truth["students"])
     header = list(next(iter(wide.values())))
-    assert header == ["student_id", *(f"{lab} (max 10)" for lab in LABS), "total (max 20)"]
+    maxes = {lab: format(read_scores(graded, LABS)[1][lab], "g") for lab in LABS}
+    column = {lab: f"{lab} (max {maxes[lab]})" for lab in LABS}
+    all_max = format(sum(read_scores(graded, LABS)[1].values()), "g")
+    assert header == ["student_id", *column.values(), f"total (max {all_max})"]
     for student in truth["students"]:
         mine = {lab: truth["scores"].get((student, lab)) for lab in LABS}
         total = sum(v for v in mine.values() if v is not None)
         assert float(students[student]["total"]) == pytest.approx(total)
-        assert float(wide[student]["total (max 20)"]) == pytest.approx(total)
+        assert float(wide[student][f"total (max {all_max})"]) == pytest.approx(total)
         for lab in LABS:
-            cell = wide[student][f"{lab} (max 10)"]
+            cell = wide[student][column[lab]]
             assert cell == ("" if mine[lab] is None else format(mine[lab], "g")), (student, lab)
             late = truth["late"].get((student, lab), False)
             assert (lab in students[student]["late"].split()) == late, (student, lab)
@@ -164,7 +167,7 @@ def test_pass_rates_scores_and_totals_are_the_gradebooks(graded):
     # nbgrader's own export agrees with the wide CSV wherever a lab was handed in
     for row in read_csv(graded / "grades.csv"):
         if (row["student_id"], row["assignment"]) in truth["scores"]:
-            got = wide[row["student_id"]][f"{row['assignment']} (max 10)"]
+            got = wide[row["student_id"]][column[row["assignment"]]]
             assert float(got) == float(row["score"])
 
 
@@ -329,7 +332,8 @@ def test_the_report_is_rebuilt_in_seconds_after_a_regrade(graded):
     print(f"report rebuilt in {seconds:.2f} s after regrading {student}/{lab}")
     assert seconds < 30
     wide = {r["student_id"]: r for r in read_csv(graded / WIDE_CSV)}
-    assert wide[student][f"{lab} (max 10)"] == "10"
+    full = format(read_scores(graded, LABS)[1][lab], "g")
+    assert wide[student][f"{lab} (max {full})"] == full
     failures = read_csv(built.index.parent / f"{lab}-failures.csv")
     assert student not in {r["example_1"] for r in failures} | {r["example_2"] for r in failures}
     runs = read_csv(built.index.parent / "runs.csv")
