@@ -23,11 +23,16 @@ import shutil
 import sqlite3
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import nbformat
 
 from graders import judge, sandbox
+
+# nbgrader's add_submission trips a harmless SQLAlchemy autoflush warning in every task; in a
+# Dask worker it would reach the instructor's terminal once per hand-in
+warnings.filterwarnings("ignore", message=".*not in session, add operation along.*")
 
 NEUTRAL_ID = "student"
 NOTEBOOK_BUDGET_S = 600  # a whole notebook, on top of nbgrader's per-cell timeout
