@@ -11,18 +11,29 @@ from __future__ import annotations
 import os
 import shutil
 import warnings
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
 
-def _quiet():
+@contextmanager
+def fresh_submission(root: Path, student: str, lab: str, timestamp=None):
+    """nbgrader's gradebook with a new, empty submission of `lab` by `student` (any earlier
+    one removed); committed when the block ends."""
+    from nbgrader.api import Gradebook, MissingEntry
     from sqlalchemy.exc import SAWarning
 
-    context = warnings.catch_warnings()
-    context.__enter__()
-    # nbgrader's add_submission trips a harmless SQLAlchemy autoflush warning
-    warnings.simplefilter("ignore", SAWarning)
-    return context
+    with warnings.catch_warnings():
+        # nbgrader's add_submission trips a harmless SQLAlchemy autoflush warning
+        warnings.simplefilter("ignore", SAWarning)
+        with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+            gb.update_or_create_student(student)
+            try:
+                gb.remove_submission(lab, student)
+            except MissingEntry:
+                pass
+            yield gb.add_submission(lab, student, timestamp=timestamp)
+            gb.db.commit()
 
 
 def write_file(root: Path, kind: str, student: str, lab: str, name: str, data: bytes) -> Path:
@@ -44,37 +55,25 @@ def write_file(root: Path, kind: str, student: str, lab: str, name: str, data: b
 
 def merge(root: Path, student: str, lab: str, result: dict) -> None:
     """Grades, graded notebook and feedback of one successful task."""
-    from nbgrader.api import Gradebook, MissingEntry
 
     scores = result["scores"]
     stamp = datetime.fromisoformat(scores["timestamp"]) if scores.get("timestamp") else None
-    context = _quiet()
-    try:
-        with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-            gb.update_or_create_student(student)
-            try:
-                gb.remove_submission(lab, student)
-            except MissingEntry:
-                pass
-            submission = gb.add_submission(lab, student, timestamp=stamp)
-            for nb in submission.notebooks:
-                graded = scores["notebooks"].get(nb.name, {})
-                nb.late_submission_penalty = graded.get("late_penalty")
-                for grade in nb.grades:
-                    got = graded.get("grades", {}).get(grade.name)
-                    if got is None:  # not graded: nothing is given for it
-                        grade.auto_score, grade.needs_manual_grade = 0.0, False
-                        continue
-                    auto = got["auto_score"]
-                    grade.auto_score = None if auto is None else min(auto, grade.max_score)
-                    grade.manual_score = got["manual_score"]
-                    grade.extra_credit = got["extra_credit"]
-                    grade.needs_manual_grade = got["needs_manual_grade"]
-                for comment in nb.comments:
-                    comment.auto_comment = graded.get("comments", {}).get(comment.name)
-            gb.db.commit()
-    finally:
-        context.__exit__(None, None, None)
+    with fresh_submission(root, student, lab, stamp) as submission:
+        for nb in submission.notebooks:
+            graded = scores["notebooks"].get(nb.name, {})
+            nb.late_submission_penalty = graded.get("late_penalty")
+            for grade in nb.grades:
+                got = graded.get("grades", {}).get(grade.name)
+                if got is None:  # not graded: nothing is given for it
+                    grade.auto_score, grade.needs_manual_grade = 0.0, False
+                    continue
+                auto = got["auto_score"]
+                grade.auto_score = None if auto is None else min(auto, grade.max_score)
+                grade.manual_score = got["manual_score"]
+                grade.extra_credit = got["extra_credit"]
+                grade.needs_manual_grade = got["needs_manual_grade"]
+            for comment in nb.comments:
+                comment.auto_comment = graded.get("comments", {}).get(comment.name)
     write_file(root, "autograded", student, lab, f"{lab}.ipynb", result["autograded"].encode())
     if result.get("feedback") is not None:
         write_file(root, "feedback", student, lab, f"{lab}.html", result["feedback"].encode())
@@ -83,25 +82,12 @@ def merge(root: Path, student: str, lab: str, result: dict) -> None:
 def record_failure(root: Path, student: str, lab: str) -> None:
     """A hand-in that could not be graded is kept in the gradebook: zero, and flagged for a
     human look (the reason is in the grading summary), never silently dropped."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    context = _quiet()
-    try:
-        with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-            gb.update_or_create_student(student)
-            try:
-                gb.remove_submission(lab, student)
-            except MissingEntry:
-                pass
-            submission = gb.add_submission(lab, student)
-            for nb in submission.notebooks:
-                nb.flagged = True
-                for grade in nb.grades:
-                    grade.auto_score = 0.0
-                    grade.needs_manual_grade = False
-            gb.db.commit()
-    finally:
-        context.__exit__(None, None, None)
+    with fresh_submission(root, student, lab) as submission:
+        for nb in submission.notebooks:
+            nb.flagged = True
+            for grade in nb.grades:
+                grade.auto_score = 0.0
+                grade.needs_manual_grade = False
     for kind in ("autograded", "feedback"):  # nothing stale of an earlier grading stays
         folder = root / kind / student / lab
         if folder.is_symlink():
