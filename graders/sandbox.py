@@ -414,6 +414,9 @@ class SandboxKernelManager(AsyncKernelManager):
         self.transport, self.ip = "ipc", str(private / "kernel")  # sockets cross namespaces
         self.connection_file = str(private / "connection.json")
         command, kw = await super()._async_pre_start_kernel(**kw)
+        # a signal would end bubblewrap, not interrupt the cell: interrupts go by message,
+        # whichever kernelspec nbgrader found (plain `nbgrader autograde` uses the default)
+        self.kernel_spec.interrupt_mode = "message"
         if uid is not None:
             os.chown(self.connection_file, uid, uid)
         self._groups = memory_groups().make(f"grading-{private.name}")
@@ -453,10 +456,13 @@ class SandboxKernelManager(AsyncKernelManager):
         process.kill()  # bwrap; --die-with-parent takes the kernel with it
 
     async def _async_shutdown_kernel(self, now: bool = False, restart: bool = False):
+        """Killed at once: everything the notebook said has arrived by then, and a polite
+        shutdown_request costs a second or more per hand-in (the interpreter tearing torch
+        down) for nothing; the sandbox is thrown away whole."""
         if self._watchdog is not None:
             self._watchdog.cancel()
         try:
-            await super()._async_shutdown_kernel(now=now, restart=restart)
+            await super()._async_shutdown_kernel(now=True, restart=restart)
         finally:
             MemoryGroups.remove(self._groups)
             if self._private is not None:  # links in it are removed, never followed
