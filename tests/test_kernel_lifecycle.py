@@ -1,0 +1,95 @@
+"""How a sandboxed kernel ends, under plain nbgrader as under `make autograde`.
+
+* A cell that runs past its timeout is interrupted and the notebook goes on, whichever
+  kernelspec nbgrader found: plain `nbgrader autograde` uses the environment's default
+  one, whose interrupt is a signal, and a signal would end bubblewrap and the kernel with
+  it (every later cell then fails, and the two ways of grading would disagree).
+* When the notebook has run, the kernel is killed, not asked to shut down (that costs a
+  second or more a hand-in), and nothing of it is left: no process, no private folder.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from nbclient import NotebookClient
+from nbformat.v4 import new_code_cell, new_notebook
+
+from graders import sandbox
+
+pytestmark = [
+    pytest.mark.skipif(sandbox.available() is not None, reason="needs bubblewrap"),
+    pytest.mark.timeout(300),
+]
+
+
+def run(nb, tmp_path, **options) -> NotebookClient:
+    """Run `nb` with nbgrader's settings (interrupt on timeout) in the sandbox; the client."""
+    client = NotebookClient(
+        nb,
+        allow_errors=True,
+        interrupt_on_timeout=True,
+        kernel_manager_class=sandbox.SandboxKernelManager,
+        resources={"metadata": {"path": str(tmp_path)}},
+        **options,
+    )
+    client.execute()
+    return client
+
+
+def text(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+
+
+def test_a_cell_past_its_timeout_is_interrupted_under_the_default_kernelspec(tmp_path, monkeypatch):
+    monkeypatch.delenv("JUPYTER_PATH", raising=False)  # nbgrader's own: the default spec
+    monkeypatch.delenv(sandbox.SETTINGS_ENV, raising=False)
+    nb = new_notebook(
+        cells=[
+            new_code_cell("import time\nwhile True:\n    time.sleep(0.01)"),
+            new_code_cell("print('after the loop', 6 * 7)"),
+        ]
+    )
+    run(nb, tmp_path, timeout=5)
+    assert [o.get("ename") for o in nb.cells[0].outputs] == ["KeyboardInterrupt"]
+    assert "after the loop 42" in text(nb.cells[1])
+
+
+def running_with(fragment: str) -> list[str]:
+    """The processes whose command line holds `fragment`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if fragment in fh.read().decode(errors="replace"):
+                    found.append(pid)
+        except OSError:  # it ended meanwhile
+            continue
+    return found
+
+
+def test_a_kernel_that_has_run_its_notebook_leaves_nothing_behind(tmp_path, monkeypatch):
+    monkeypatch.delenv(sandbox.SETTINGS_ENV, raising=False)
+    made = []
+
+    class Recorded(sandbox.SandboxKernelManager):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    nb = new_notebook(cells=[new_code_cell("print('ran', 6 * 7)")])
+    client = NotebookClient(
+        nb,
+        timeout=60,
+        kernel_manager_class=Recorded,
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
+    client.execute()
+    assert "ran 42" in text(nb.cells[0])
+    (manager,) = made
+    private = manager._private
+    assert private is not None and not private.exists()
+    # the kernel's command line names its connection file, in its private folder
+    assert running_with(str(private)) == []
+    assert all(not group.exists() for group in manager._groups)
