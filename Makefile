@@ -67,7 +67,7 @@ report: install
 test: install sandbox browser
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
 
 format: install
 	$(PY) -m ruff format .
