@@ -24,13 +24,13 @@ pytestmark = [
 ]
 
 
-def run(nb, tmp_path, **options) -> NotebookClient:
+def run(nb, tmp_path, manager=sandbox.SandboxKernelManager, **options) -> NotebookClient:
     """Run `nb` with nbgrader's settings (interrupt on timeout) in the sandbox; the client."""
     client = NotebookClient(
         nb,
         allow_errors=True,
         interrupt_on_timeout=True,
-        kernel_manager_class=sandbox.SandboxKernelManager,
+        kernel_manager_class=manager,
         resources={"metadata": {"path": str(tmp_path)}},
         **options,
     )
@@ -71,23 +71,22 @@ def running_with(fragment: str) -> list[str]:
 
 def test_a_kernel_that_has_run_its_notebook_leaves_nothing_behind(tmp_path, monkeypatch):
     monkeypatch.delenv(sandbox.SETTINGS_ENV, raising=False)
-    made = []
+    made, asked = [], []
 
     class Recorded(sandbox.SandboxKernelManager):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             made.append(self)
 
+        async def _async_request_shutdown(self, restart: bool = False):
+            asked.append(restart)  # a polite shutdown_request: what the kill replaces
+            await super()._async_request_shutdown(restart=restart)
+
     nb = new_notebook(cells=[new_code_cell("print('ran', 6 * 7)")])
-    client = NotebookClient(
-        nb,
-        timeout=60,
-        kernel_manager_class=Recorded,
-        resources={"metadata": {"path": str(tmp_path)}},
-    )
-    client.execute()
+    run(nb, tmp_path, manager=Recorded, timeout=60)
     assert "ran 42" in text(nb.cells[0])
     (manager,) = made
+    assert asked == []  # killed, never asked
     private = manager._private
     assert private is not None and not private.exists()
     # the kernel's command line names its connection file, in its private folder
