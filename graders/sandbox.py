@@ -464,20 +464,37 @@ class SandboxKernelManager(AsyncKernelManager):
         try:
             await super()._async_shutdown_kernel(now=True, restart=restart)
         finally:
-            MemoryGroups.remove(self._groups)
-            if self._private is not None:  # links in it are removed, never followed
-                if getattr(self, "_mounted", False):
-                    subprocess.run(["umount", "-l", str(self._private)], capture_output=True)
-                shutil.rmtree(self._private, ignore_errors=True)
+            self._throw_away()
+
+    async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        """What nbclient calls, instead of a shutdown, when the kernel has already ended by
+        itself (killed for its memory or its budget, or by its own code)."""
+        try:
+            await super()._async_cleanup_resources(restart=restart)
+        finally:
+            self._throw_away()
+
+    def _throw_away(self) -> None:
+        """The sandbox's host side, once the kernel is gone: its cgroups, the mount and the
+        private folder (links in it are removed, never followed). Safe to call twice."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        MemoryGroups.remove(self._groups)
+        if self._private is not None:
+            if getattr(self, "_mounted", False):
+                subprocess.run(["umount", "-l", str(self._private)], capture_output=True)
+                self._mounted = False
+            shutil.rmtree(self._private, ignore_errors=True)
 
     async def _async_wait(self, pollinterval: float = 0.01) -> None:
         """Until the killed kernel has ended: polled every 10 ms, not jupyter_client's 100 ms
         (a tenth of a second a hand-in, spent waiting)."""
         await super()._async_wait(pollinterval=pollinterval)
 
-    # jupyter_client binds shutdown_kernel to its own coroutine function at class creation,
-    # so the override above must be named here too, or nbclient's shutdown never reaches it
+    # jupyter_client binds these to its own coroutine functions at class creation, so the
+    # overrides above must be named here too, or nbclient's calls never reach them
     shutdown_kernel = _async_shutdown_kernel
+    cleanup_resources = _async_cleanup_resources
 
 
 class SandboxedExecute(Execute):

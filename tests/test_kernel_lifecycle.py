@@ -5,15 +5,20 @@
   one, whose interrupt is a signal, and a signal would end bubblewrap and the kernel with
   it (every later cell then fails, and the two ways of grading would disagree).
 * When the notebook has run, the kernel is killed, not asked to shut down (that costs a
-  second or more a hand-in), and nothing of it is left: no process, no private folder.
+  second or more a hand-in), and nothing of it is left: no process, no private folder, no
+  mount, no cgroup. The same holds for a kernel that ends by itself mid-notebook (a
+  hand-in that kills its own kernel, or one killed for its memory or its budget), which
+  nbclient never asks its manager to shut down.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from nbclient import NotebookClient
+from nbclient.exceptions import DeadKernelError
 from nbformat.v4 import new_code_cell, new_notebook
 
 from graders import sandbox
@@ -91,4 +96,27 @@ def test_a_kernel_that_has_run_its_notebook_leaves_nothing_behind(tmp_path, monk
     assert private is not None and not private.exists()
     # the kernel's command line names its connection file, in its private folder
     assert running_with(str(private)) == []
-    assert all(not group.exists() for group in manager._groups)
+    assert manager._groups and all(not group.exists() for group in manager._groups)
+    assert str(private) not in Path("/proc/mounts").read_text()
+
+
+def test_a_kernel_that_ends_by_itself_leaves_nothing_behind(tmp_path, monkeypatch):
+    monkeypatch.delenv(sandbox.SETTINGS_ENV, raising=False)
+    made = []
+
+    class Recorded(sandbox.SandboxKernelManager):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    nb = new_notebook(
+        cells=[new_code_cell("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")]
+    )
+    with pytest.raises(DeadKernelError):
+        run(nb, tmp_path, manager=Recorded, timeout=60)
+    (manager,) = made
+    private = manager._private
+    assert private is not None and not private.exists()
+    assert str(private) not in Path("/proc/mounts").read_text()
+    assert running_with(str(private)) == []
+    assert manager._groups and all(not group.exists() for group in manager._groups)

@@ -88,7 +88,10 @@ def run_on_laptop(venv: Path, nb, workdir: Path, network: bool = True) -> None:
     client = NotebookClient(
         nb, km=km, timeout=600, allow_errors=True, resources={"metadata": {"path": str(workdir)}}
     )
-    client.execute(env=env, cwd=str(workdir))
+    try:
+        client.execute(env=env, cwd=str(workdir))
+    finally:  # the client does not stop a kernel it was handed
+        km.shutdown_kernel(now=True)
 
 
 @pytest.mark.parametrize("lab", LABS)

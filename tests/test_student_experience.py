@@ -217,6 +217,7 @@ def execute_outside(nb, workdir: Path, scratch: Path) -> None:
     """Run `nb` in the grading sandbox, like the grader: the repository and every course
     variable out of sight, the lab's release folder (`workdir`) the kernel's only files."""
     from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_core.utils import run_sync
     from nbclient import NotebookClient
 
     scratch.mkdir(parents=True)
@@ -237,7 +238,10 @@ def execute_outside(nb, workdir: Path, scratch: Path) -> None:
     # NBGRADER_EXECUTION, so the labs train for less (a full run of every lab takes over
     # 6 minutes here); what is tested is what the notebook needs.
     client = NotebookClient(nb, km=km, timeout=LAB_BUDGET_S, allow_errors=True)
-    client.execute()
+    try:
+        client.execute()
+    finally:  # the client does not stop a kernel it was handed
+        run_sync(km.shutdown_kernel)(now=True)
 
 
 def errors(nb) -> list[str]:
