@@ -373,11 +373,28 @@ def _mount_tmpfs(folder: Path, uid: int) -> bool:
     return done.returncode == 0
 
 
+# A Unix socket's path holds at most 107 bytes: the kernel's are <runtime>/kernel-<8>/kernel-<n>
+SOCKET_PATH_MAX = 107
+SOCKET_TAIL = len("/kernel-xxxxxxxx/kernel-99")
+
+
 def _private_root() -> Path:
     """The folder under which each kernel gets its private runtime folder."""
     root = Path(tempfile.gettempdir()) / f"grading-kernels-{os.getuid()}"
     root.mkdir(mode=0o711, exist_ok=True)
     return root
+
+
+def _runtime_root(asked: str | None) -> Path:
+    """The runtime folder asked for, where its path leaves room for the kernel's sockets
+    (a deep temporary folder, as on some clusters, would not), else the machine's own."""
+    for root in ([Path(asked)] if asked else []) + [_private_root()]:
+        if len(os.fsencode(root)) + SOCKET_TAIL <= SOCKET_PATH_MAX:
+            return root
+    raise RuntimeError(
+        f"the temporary folder {tempfile.gettempdir()} has too long a path for the kernel's "
+        f"sockets (a socket's path holds {SOCKET_PATH_MAX} bytes): set TMPDIR to a shorter one"
+    )
 
 
 class SandboxKernelManager(AsyncKernelManager):
@@ -401,7 +418,7 @@ class SandboxKernelManager(AsyncKernelManager):
 
     async def _async_pre_start_kernel(self, **kw):
         self._start_clock = time.monotonic()
-        runtime = self.sandbox.get("runtime") or _private_root()
+        runtime = _runtime_root(self.sandbox.get("runtime"))
         private = Path(tempfile.mkdtemp(prefix="kernel-", dir=runtime))
         self._private = private
         uid = None

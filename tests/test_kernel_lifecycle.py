@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -120,3 +121,23 @@ def test_a_kernel_that_ends_by_itself_leaves_nothing_behind(tmp_path, monkeypatc
     assert str(private) not in Path("/proc/mounts").read_text()
     assert running_with(str(private)) == []
     assert manager._groups and all(not group.exists() for group in manager._groups)
+
+
+def test_a_runtime_folder_too_deep_for_a_socket_still_runs_the_kernel(tmp_path, monkeypatch):
+    """A Unix socket's path holds 107 bytes; a deep temporary folder (as on some clusters)
+    must not stop every kernel with ZMQ's 'File name too long'."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setenv(sandbox.SETTINGS_ENV, json.dumps({"runtime": str(deep)}))
+    made = []
+
+    class Recorded(sandbox.SandboxKernelManager):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    nb = new_notebook(cells=[new_code_cell("print('ran', 6 * 7)")])
+    run(nb, tmp_path, manager=Recorded, timeout=60)
+    assert "ran 42" in text(nb.cells[0])
+    (manager,) = made
+    assert deep not in manager._private.parents  # the machine's own runtime folder instead
