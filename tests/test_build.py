@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from graders.build import SourceError, full_nbgrader_metadata, main, source_notebook
 from graders.course import LABS, REPO
-from graders.sandbox import KERNEL_SIDE
-
-NBGRADER = [sys.executable, "-m", "nbgrader"]
-ENV = dict(
-    os.environ,
-    PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]),
-    PYTHONPATH=str(KERNEL_SIDE),  # hidden tests import grader_observe
-)
 
 
 def release_path(lab):
@@ -48,28 +37,8 @@ def test_release_needs_nothing_from_this_repository(lab):
     assert "BEGIN SOLUTION" not in code and "BEGIN HIDDEN TESTS" not in code
 
 
-@pytest.mark.parametrize("lab", LABS)
-def test_solution_passes_nbgrader_validate(course, lab):
-    result = subprocess.run(
-        [*NBGRADER, "validate", str(course / "build" / "source" / lab / f"{lab}.ipynb")],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        cwd=REPO,
-    )
-    assert "Success! Your notebook passes all the tests." in result.stdout, result.stdout[-3000:]
-
-
-@pytest.mark.parametrize("lab", LABS)
-def test_release_fails_every_check(lab, tmp_path):
-    result = subprocess.run(
-        [*NBGRADER, "validate", "--invert", str(release_path(lab))],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        cwd=tmp_path,
-    )
-    assert "Success! The notebook does not pass any tests." in result.stdout, result.stdout[-3000:]
+# `nbgrader validate` of every solution, and `nbgrader validate --invert` of every release:
+# tests/test_real_clients.py, from a user's shell (no PYTHONPATH), as an instructor runs them.
 
 
 @pytest.mark.parametrize("lab", LABS)
