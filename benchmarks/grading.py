@@ -93,13 +93,11 @@ def with_hidden_checks(notebook: Path, source: Path, folder: Path) -> Path:
     nbgrader's autograde runs), written in `folder`."""
     import nbformat
 
+    from graders.judge import test_cells
+
     nb = nbformat.read(notebook, as_version=4)
-    tests = {
-        cell.metadata["nbgrader"]["grade_id"]: cell.source
-        for cell in nbformat.read(source, as_version=4).cells
-        if cell.metadata.get("nbgrader", {}).get("grade")
-        and not cell.metadata["nbgrader"].get("solution")
-    }
+    source_nb = nbformat.read(source, as_version=4)
+    tests = {cell.metadata.nbgrader["grade_id"]: cell.source for _, cell in test_cells(source_nb)}
     for cell in nb.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
         if grade_id in tests:

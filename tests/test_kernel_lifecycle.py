@@ -75,8 +75,9 @@ def running_with(fragment: str) -> list[str]:
     return found
 
 
-def test_a_kernel_that_has_run_its_notebook_leaves_nothing_behind(tmp_path, monkeypatch):
-    monkeypatch.delenv(sandbox.SETTINGS_ENV, raising=False)
+def recorded():
+    """A sandbox kernel manager class that keeps each manager it makes (`made`) and each
+    polite shutdown_request it sends (`asked`)."""
     made, asked = [], []
 
     class Recorded(sandbox.SandboxKernelManager):
@@ -85,42 +86,45 @@ def test_a_kernel_that_has_run_its_notebook_leaves_nothing_behind(tmp_path, monk
             made.append(self)
 
         async def _async_request_shutdown(self, restart: bool = False):
-            asked.append(restart)  # a polite shutdown_request: what the kill replaces
+            asked.append(restart)
             await super()._async_request_shutdown(restart=restart)
 
+    return Recorded, made, asked
+
+
+def assert_nothing_left(manager) -> None:
+    """No private folder, mount, process or cgroup of the kernel is left on the host."""
+    private = manager._private
+    assert private is not None and not private.exists()
+    assert str(private) not in Path("/proc/mounts").read_text()
+    # the kernel's command line names its connection file, in its private folder
+    assert running_with(str(private)) == []
+    if sandbox.memory_groups().why_not is None:
+        assert manager._groups  # where cgroups can be made, the kernel had its own
+    assert all(not group.exists() for group in manager._groups)
+
+
+def test_a_kernel_that_has_run_its_notebook_leaves_nothing_behind(tmp_path, monkeypatch):
+    monkeypatch.delenv(sandbox.SETTINGS_ENV, raising=False)
+    manager_class, made, asked = recorded()
     nb = new_notebook(cells=[new_code_cell("print('ran', 6 * 7)")])
-    run(nb, tmp_path, manager=Recorded, timeout=60)
+    run(nb, tmp_path, manager=manager_class, timeout=60)
     assert "ran 42" in text(nb.cells[0])
     (manager,) = made
     assert asked == []  # killed, never asked
-    private = manager._private
-    assert private is not None and not private.exists()
-    # the kernel's command line names its connection file, in its private folder
-    assert running_with(str(private)) == []
-    assert manager._groups and all(not group.exists() for group in manager._groups)
-    assert str(private) not in Path("/proc/mounts").read_text()
+    assert_nothing_left(manager)
 
 
 def test_a_kernel_that_ends_by_itself_leaves_nothing_behind(tmp_path, monkeypatch):
     monkeypatch.delenv(sandbox.SETTINGS_ENV, raising=False)
-    made = []
-
-    class Recorded(sandbox.SandboxKernelManager):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            made.append(self)
-
+    manager_class, made, _ = recorded()
     nb = new_notebook(
         cells=[new_code_cell("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")]
     )
     with pytest.raises(DeadKernelError):
-        run(nb, tmp_path, manager=Recorded, timeout=60)
+        run(nb, tmp_path, manager=manager_class, timeout=60)
     (manager,) = made
-    private = manager._private
-    assert private is not None and not private.exists()
-    assert str(private) not in Path("/proc/mounts").read_text()
-    assert running_with(str(private)) == []
-    assert manager._groups and all(not group.exists() for group in manager._groups)
+    assert_nothing_left(manager)
 
 
 def test_a_runtime_folder_too_deep_for_a_socket_still_runs_the_kernel(tmp_path, monkeypatch):
@@ -129,15 +133,9 @@ def test_a_runtime_folder_too_deep_for_a_socket_still_runs_the_kernel(tmp_path, 
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)
     monkeypatch.setenv(sandbox.SETTINGS_ENV, json.dumps({"runtime": str(deep)}))
-    made = []
-
-    class Recorded(sandbox.SandboxKernelManager):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            made.append(self)
-
+    manager_class, made, _ = recorded()
     nb = new_notebook(cells=[new_code_cell("print('ran', 6 * 7)")])
-    run(nb, tmp_path, manager=Recorded, timeout=60)
+    run(nb, tmp_path, manager=manager_class, timeout=60)
     assert "ran 42" in text(nb.cells[0])
     (manager,) = made
     assert deep not in manager._private.parents  # the machine's own runtime folder instead
