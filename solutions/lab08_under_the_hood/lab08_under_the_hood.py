@@ -1611,7 +1611,7 @@ torch.compiler.reset()
 _compiled = torch.compile(branchy_cond, backend=_noting_backend, fullgraph=True)
 _gen = torch.Generator().manual_seed(87)
 _outs, _grads_w1, _grads_w2 = [], [], []
-for _trial in range(4):
+for _trial in range(2):
     _x = torch.randn(3, 4, dtype=torch.float64, generator=_gen) + (1.0 if _trial % 2 else -1.0)
     _w1 = torch.randn(4, 2, dtype=torch.float64, generator=_gen, requires_grad=True)
     _w2 = torch.randn(4, 2, dtype=torch.float64, generator=_gen, requires_grad=True)
@@ -1622,8 +1622,8 @@ for _trial in range(4):
     _grads_w1.append(torch.zeros_like(_w1) if _g1 is None else _g1)
     _grads_w2.append(torch.zeros_like(_w2) if _g2 is None else _g2)
 observe(
-    "branchy_cond compiled with fullgraph=True, on 4 random float64 x of shape (3, 4) (sum "
-    "negative, positive, negative, positive)",
+    "branchy_cond compiled with fullgraph=True, on 2 random float64 x of shape (3, 4) (sum "
+    "negative, then positive)",
     {
         "graphs compiled": len(_noted),
         "cond operations in them": sum("cond" in _t for _targets in _noted for _t in _targets),
@@ -1634,19 +1634,20 @@ observe(
     hint="One torch.cond(x.sum() > 0, true_fn, false_fn, (x, w1, w2)): tanh(x @ w1) when the "
     "sum is positive, relu(x @ w2) otherwise, and no Python if on a tensor.",
 )
-# At the boundary, x.sum() exactly 0 (not positive: relu(x @ w2)); and other shapes, eager.
+# Eager, at the boundary (x.sum() exactly 0: not positive, so relu(x @ w2)) and on random x,
+# all with x (2, 4) and w (4, 3), a second shape beside the compiled trials' (3, 4) and (4, 2).
+# Only one: torch.cond compiles its branches even in eager mode, and every further shape
+# would cost a recompilation (about half a second) for no further check.
 _zero_sum = torch.tensor([[1.0, -2.0, 0.5, 0.5], [3.0, -1.0, -2.0, 0.0]])
 _w1, _w2 = torch.randn(4, 3, generator=_gen), torch.randn(4, 3, generator=_gen)
-_record = {"x.sum() exactly 0, x (2, 4), w (4, 3)": branchy_cond(_zero_sum, _w1, _w2)}
-for _rows, _cols in [(1, 1), (6, 3)]:
-    for _sign in (1.0, -1.0):
-        _x = _sign * torch.rand(_rows, 4, generator=_gen)
-        _w1, _w2 = torch.randn(4, _cols, generator=_gen), torch.randn(4, _cols, generator=_gen)
-        _record[f"x ({_rows}, 4) with sum {'> 0' if _sign > 0 else '< 0'}, w (4, {_cols})"] = (
-            branchy_cond(_x, _w1, _w2)
-        )
+_record = {"x.sum() exactly 0": branchy_cond(_zero_sum, _w1, _w2)}
+for _trial, _sign in enumerate((1.0, -1.0, 1.0, -1.0)):
+    _x = _sign * torch.rand(2, 4, generator=_gen)
+    _w1, _w2 = torch.randn(4, 3, generator=_gen), torch.randn(4, 3, generator=_gen)
+    _record[f"trial {_trial + 1}, sum {'> 0' if _sign > 0 else '< 0'}"] = branchy_cond(_x, _w1, _w2)
 observe(
-    "branchy_cond(x, w1, w2) in eager mode at the boundary (x.sum() exactly 0) and on other shapes",
+    "branchy_cond(x, w1, w2) in eager mode on x (2, 4) and w (4, 3): at the boundary (x.sum() "
+    "exactly 0), and on random x of either sign",
     _record,
     hint="The condition is x.sum() > 0, strictly: a sum of exactly 0 takes relu(x @ w2).",
 )
@@ -1787,11 +1788,16 @@ def _noting_backend(graph_module, example_inputs):
     return graph_module.forward
 
 
+def _grow_12(x, w):
+    return grow_bounded(x, w, max_steps=12)
+
+
 torch.compiler.reset()
-_compiled = torch.compile(grow_bounded, backend=_noting_backend, fullgraph=True)
+# Compiled with a bound of 12 steps, not the default 30: the compiler unrolls every step, so
+# this takes less than half the time, and these inputs need no more. Every step adds at least
+# 0.5 to each entry (relu(x @ w) >= 0), so from entries >= -2 grow stops within 12 steps.
+_compiled = torch.compile(_grow_12, backend=_noting_backend, fullgraph=True)
 _gen = torch.Generator().manual_seed(88)
-# Every step adds at least 0.5 to each entry (relu(x @ w) >= 0), so from entries >= -2 the
-# loop of grow stops within 12 steps: each of these inputs is within the bound of 30.
 _inputs = [
     (
         (torch.randn(2, 4, generator=_gen) * 0.5).clamp(-2, 2),
@@ -1801,10 +1807,11 @@ _inputs = [
 ]
 _compiled_outs = [_compiled(_x, _w) for _x, _w in _inputs]
 observe(
-    "grow_bounded(x, w) on 5 random x (2, 4) and w (4, 4), compiled with fullgraph=True, and eager",
+    "grow_bounded(x, w) on 5 random x (2, 4) and w (4, 4): with max_steps=12, compiled with "
+    "fullgraph=True, and eager with the default max_steps",
     {
         "graphs compiled": len(_noted),
-        "compiled outputs": _compiled_outs,
+        "compiled outputs (max_steps=12)": _compiled_outs,
         "eager outputs": [grow_bounded(_x, _w) for _x, _w in _inputs],
     },
     atol=1e-5,
