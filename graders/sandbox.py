@@ -38,8 +38,10 @@ import json
 import logging
 import math
 import os
+import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -330,6 +332,12 @@ class MemoryGroups:
             return []
         return made
 
+    def named(self, name: str) -> list[Path]:
+        """The groups `make(name)` makes, whether or not they exist."""
+        if self.v2:
+            return [self.v2 / name]
+        return [base / name for base in (self.v1 or {}).values()]
+
     @staticmethod
     def remove(groups: list[Path]) -> None:
         for group in groups:
@@ -371,6 +379,59 @@ def _mount_tmpfs(folder: Path, uid: int) -> bool:
         ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True
     )
     return done.returncode == 0
+
+
+def _mount_points() -> set[bytes]:
+    """Where something is mounted, as this process sees it (mountinfo escapes blanks)."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_bytes().splitlines()
+    except OSError:
+        return set()
+    unescape = re.compile(rb"\\([0-7]{3})")
+    return {
+        unescape.sub(lambda m: bytes([int(m[1], 8)]), line.split()[4])
+        for line in lines
+        if len(line.split()) > 4
+    }
+
+
+def _sandboxes_of(private: Path, groups: list[Path]) -> set[int]:
+    """The processes of the kernel whose private folder is `private`: its bubblewrap (which
+    binds that folder, an argument the kernel cannot change), and whatever is in its
+    cgroups."""
+    found = set()
+    argument = b"\0" + os.fsencode(private) + b"\0"
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if argument in b"\0" + fh.read():
+                    found.add(int(pid))
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
+    for group in groups:
+        try:
+            found.update(int(p) for p in (group / "cgroup.procs").read_text().split())
+        except (OSError, ValueError):
+            continue
+    return found - {os.getpid()}
+
+
+def release_abandoned(private: Path) -> None:
+    """The host side of a kernel whose grader was killed outright (SIGKILL, a lost Dask
+    worker) and so could not throw it away. bubblewrap's --die-with-parent usually ends the
+    kernel with its grader, but not always (in tests, a grader killed just after starting
+    its kernel left the inner sandbox running): so any process of it still running is
+    killed, then its private tmpfs is unmounted and its cgroups removed. graders.task finds
+    such kernels; their folders it removes itself."""
+    groups = memory_groups().named(f"grading-{private.name}")
+    for pid in _sandboxes_of(private, groups):
+        try:
+            os.kill(pid, signal.SIGKILL)  # a sandbox's init: the whole sandbox ends with it
+        except OSError:
+            continue
+    if os.fsencode(private) in _mount_points():
+        subprocess.run(["umount", "-l", str(private)], capture_output=True)
+    MemoryGroups.remove(groups)
 
 
 # A Unix socket's path holds at most 107 bytes: the kernel's are <runtime>/kernel-<8>/kernel-<n>

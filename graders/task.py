@@ -16,11 +16,13 @@ here and reported as a reason: a task never raises for a hand-in's sake.
 from __future__ import annotations
 
 import copy
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import sqlite3
+import stat
 import tempfile
 import time
 import warnings
@@ -121,6 +123,81 @@ def verdicts(graded) -> dict[str, dict]:
     return found
 
 
+SCRATCH_PREFIX = "course-"
+CLAIM_SUFFIX = ".claim"
+ABANDONED_AFTER_S = 60  # a claim this old that no process holds is a dead grader's
+
+
+def _claim_scratch() -> tuple[Path, int]:
+    """A new scratch folder in the temporary folder, with a claim beside it: a file locked by
+    this process until the folder is removed. The system drops the lock when the process
+    ends, however it ends, which is how `sweep_abandoned` tells a dead grader's folder."""
+    while True:
+        fd, claim = tempfile.mkstemp(prefix=SCRATCH_PREFIX, suffix=CLAIM_SUFFIX)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        scratch = Path(claim[: -len(CLAIM_SUFFIX)])
+        try:
+            scratch.mkdir(mode=0o700)
+            return scratch, fd
+        except FileExistsError:  # a folder of that name without its claim: another name
+            os.unlink(claim)
+            os.close(fd)
+
+
+def _drop_scratch(scratch: Path, fd: int) -> None:
+    shutil.rmtree(scratch, ignore_errors=True)
+    Path(f"{scratch}{CLAIM_SUFFIX}").unlink(missing_ok=True)
+    os.close(fd)
+
+
+def sweep_abandoned(root: str | None = None, older_than_s: float = ABANDONED_AFTER_S) -> list[Path]:
+    """Remove what graders killed outright left in the temporary folder (a lost Dask worker,
+    an out-of-memory kill): each scratch folder whose claim no process holds any more, with
+    its kernels' mounts and cgroups. Live graders' folders, on this machine or sharing its
+    temporary folder, are never touched: their claims are locked. The folders removed."""
+    removed = []
+    for claim in Path(root or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*{CLAIM_SUFFIX}"):
+        try:
+            fd = os.open(claim, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:  # gone meanwhile, a link, or not ours to open
+            continue
+        try:
+            info = os.fstat(fd)
+            if (
+                not stat.S_ISREG(info.st_mode)
+                or info.st_uid != os.getuid()
+                or time.time() - info.st_mtime < older_than_s  # a claim being made
+            ):
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # held: its grader is alive
+                continue
+            try:
+                if os.lstat(claim).st_ino != info.st_ino:  # removed and made anew meanwhile
+                    continue
+            except OSError:
+                continue
+            scratch = claim.with_name(claim.name[: -len(CLAIM_SUFFIX)])
+            for private in _kernels_in(scratch):
+                sandbox.release_abandoned(private)
+            shutil.rmtree(scratch, ignore_errors=True)
+            claim.unlink(missing_ok=True)
+            removed.append(scratch)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _kernels_in(scratch: Path):
+    """The kernels' private folders in a scratch folder, where `grade` makes them (no link
+    followed)."""
+    for folder in scratch.glob("task-*"):
+        runtime = folder / "runtime"
+        if not folder.is_symlink() and not runtime.is_symlink() and runtime.is_dir():
+            yield from runtime.glob("kernel-*")
+
+
 def run(course: dict, job: dict) -> dict:
     """The grading task, as an engine runs it on any machine: everything it needs comes in
     `course` (what every hand-in of the class shares: nbgrader_config.py's text, the
@@ -128,7 +205,11 @@ def run(course: dict, job: dict) -> dict:
     `job` (one hand-in: lab, notebook text, timestamp, limits); nothing is read from the
     instructor's file system. The result is plain data (see `grade`)."""
     begun = time.time()
-    scratch = Path(tempfile.mkdtemp(prefix="course-"))
+    try:
+        sweep_abandoned()
+    except Exception as error:  # noqa: BLE001 - tidying up never costs a hand-in
+        sandbox.LOG.warning("could not sweep abandoned scratch folders: %s", error)
+    scratch, claim = _claim_scratch()
     try:
         lab = job["lab"]
         (scratch / "nbgrader_config.py").write_text(course["config"])
@@ -158,7 +239,7 @@ def run(course: dict, job: dict) -> dict:
     except Exception as error:  # noqa: BLE001 - a hand-in never stops the class
         result = {"ok": False, "reason": f"the grader failed on this hand-in: {error}"}
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        _drop_scratch(scratch, claim)
     result.setdefault("timings", {})["started_at"] = begun
     return result
 
