@@ -19,7 +19,8 @@ the notebook as handed in (its visible checks only). The first overhead is the g
 machinery (sandbox, records, judge, merge), what plain nbgrader would not spend on the same
 notebook; the second adds what the lab's hidden checks cost to run. The three are timed in
 interleaved rounds (--rounds, best of each), so that a slower minute of the machine weighs
-on all three alike; they still move by about half a second from run to run.
+on all three alike; on a busy or slow machine they still move by a second or more from
+run to run.
 """
 
 from __future__ import annotations

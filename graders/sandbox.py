@@ -546,8 +546,9 @@ class SandboxKernelManager(AsyncKernelManager):
             os.chown(self.connection_file, uid, uid)
         self._groups = memory_groups().make(f"grading-{private.name}")
         fonts = None
-        if matplotlib_font_list() is not None:  # a copy of its own, beside its sockets
-            name, data = matplotlib_font_list()
+        given = matplotlib_font_list()
+        if given is not None:  # a copy of its own, beside its sockets
+            name, data = given
             fonts = private / name
             fonts.write_bytes(data)
             fonts.chmod(0o444)
