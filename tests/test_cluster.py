@@ -101,11 +101,24 @@ def cluster(tmp_path_factory):
         process.wait()
 
 
+def ctrl_c_works() -> None:
+    """In the child before exec: Ctrl-C's default. A shell without job control starts its
+    background commands with SIGINT ignored (`make test &` in a script), the children
+    inherit that, and Python then installs no KeyboardInterrupt: the run could not be
+    interrupted the way an instructor's terminal interrupts it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def grade_cli(root: Path, address: str) -> subprocess.Popen:
     argv = [sys.executable, "-m", "graders.grade", "--root", str(root), "--scheduler", address]
     argv += [arg for lab in LABS for arg in ("--lab", lab)]
     return subprocess.Popen(
-        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        argv,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=ctrl_c_works,
     )
 
 
