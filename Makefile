@@ -64,10 +64,14 @@ autograde: install sandbox
 report: install
 	$(PY) -m graders.report
 
+# The tests run in parallel, one pytest-xdist worker per core (at most 4: past that, the few
+# long groups of tests decide the time); tests/conftest.py keeps the tests that share a
+# fixture in one worker. `TEST_WORKERS=0 make test` runs them one after another.
+TEST_WORKERS ?= auto
 test: install sandbox browser
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest --durations=25
+	$(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadgroup --durations=25
 
 format: install
 	$(PY) -m ruff format .

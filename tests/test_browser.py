@@ -292,15 +292,17 @@ def test_graphviz_pure_boxes_hold_their_text():
     assert text_overflows(picture.svg) == []
 
 
-def test_the_class_report_renders_in_chromium(tmp_path_factory):
+@pytest.mark.skipif(  # before the fixture grades a class for nothing
+    CHROMIUM is None,
+    reason="no chromium to drive: `make browser` or `sudo apt-get install chromium`",
+)
+def test_the_class_report_renders_in_chromium(report_course):
     """report/index.html of a graded class (tests/test_report.py's), opened from disk: every
     lab's charts and the grading-time chart are decoded images, and each has its numbers."""
-    if CHROMIUM is None:
-        pytest.skip("no chromium to drive: `make browser` or `sudo apt-get install chromium`")
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
-    from test_report import LABS, graded_course
+    from test_report import LABS
 
-    built = build_report(graded_course(tmp_path_factory))
+    built = build_report(report_course)
     REPORT_SCREENSHOT.parent.mkdir(exist_ok=True)
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(

@@ -68,8 +68,8 @@ def graded_course(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def graded(tmp_path_factory) -> Path:
-    return graded_course(tmp_path_factory)
+def graded(report_course) -> Path:
+    return report_course  # tests/conftest.py's, so that tests/test_browser.py shares it
 
 
 def read_csv(path: Path) -> list[dict]:
