@@ -1,0 +1,61 @@
+"""Claims are code: each sentence a lab states about PyTorch is quoted by a test that checks it.
+
+A claims test is an ordinary test decorated with `@claim(lab, sentence)`:
+
+    @claim("lab06_dynamic_training", "LBFGS is the exception: it moves such a parameter")
+    def test_lbfgs_moves_a_parameter_without_grad():
+        ...  # asserts the behaviour against the installed torch
+
+The decorator records the quote and makes the test fail first if the lab no longer says it
+(so a reworded sentence cannot leave a stale test behind). The quote is matched against the
+lab's text source with its comment marks and line breaks taken away (`lab_text`).
+
+`tests/claims/test_claims_cover_the_labs.py` holds the rule that ties the prose to these tests:
+every measured-looking figure in a lab's markdown (a decimal, a percentage, a figure with a
+unit) stands in a sentence that some claims test quotes. A figure that is measured on the
+student's machine belongs in a cell's output instead, where the student sees their own.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SOLUTIONS = REPO / "solutions"
+
+# (lab, normalised sentence) of every claims test imported so far
+QUOTED: list[tuple[str, str]] = []
+
+
+def normalise(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+@functools.cache
+def lab_text(lab: str) -> str:
+    """The whole text source of `lab`, comment marks and line breaks taken away."""
+    source = (SOLUTIONS / lab / f"{lab}.py").read_text(encoding="utf-8")
+    lines = (re.sub(r"^\s*# ?", "", line) for line in source.splitlines())
+    return normalise(" ".join(lines))
+
+
+def claim(lab: str, sentence: str):
+    """Mark a test as the check of `sentence` in `lab`'s text."""
+    quote = normalise(sentence)
+    QUOTED.append((lab, quote))
+
+    def decorate(test):
+        @functools.wraps(test)
+        def checked(*args, **kwargs):
+            assert quote in lab_text(lab), (
+                f"{lab} no longer says {quote!r}: update the quote of {test.__name__} "
+                "to the lab's new sentence, and its assertions to what that sentence claims"
+            )
+            return test(*args, **kwargs)
+
+        checked.claim = (lab, quote)
+        return checked
+
+    return decorate
