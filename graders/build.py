@@ -22,6 +22,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
+from graders import colab
 from graders.course import LABS, REPO, SOLUTIONS, lab_source, unknown_labs
 from graders.nbgrader_cli import nbgrader
 
@@ -124,7 +125,20 @@ def source_notebook(lab: str, path: Path | None = None) -> nbformat.NotebookNode
             raise SourceError(f"{path}, lines {lines}: grade_id {cell_id!r} is used twice")
         seen.add(cell_id)
         cell["id"] = cell_id
+    add_badge(nb, lab)
     return nb
+
+
+def add_badge(nb: nbformat.NotebookNode, lab: str) -> None:
+    """The Open-in-Colab badge under the title of the lab's first cell (course.toml says where)."""
+    try:
+        line = colab.badge(colab.published(), lab)
+    except colab.SettingError as error:
+        raise SourceError(str(error)) from None
+    first = nb.cells[0] if nb.cells else None
+    if line and first is not None and first.cell_type == "markdown":
+        title, _, rest = first.source.partition("\n")
+        first.source = f"{title}\n\n{line}\n{rest}".rstrip("\n")
 
 
 def write_sources(root: Path, labs: list[str]) -> None:
@@ -181,9 +195,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         release = build(labs=args.labs or None)
-    except SourceError as error:
+        text = colab.README.read_text(encoding="utf-8")
+        table = colab.readme(text, colab.published(), LABS)
+    except (SourceError, colab.SettingError) as error:
         print(f"make build: {error}", file=sys.stderr)
         return 2
+    if table != text:
+        colab.README.write_text(table, encoding="utf-8")
+        print("README.md: the lab table written anew")
     print(f"built {len(args.labs or LABS)} lab(s) into {release.relative_to(REPO)}/")
     if not args.no_reference:
         from graders.judge import prepare_references
