@@ -500,15 +500,9 @@ print(f"saved in float16: the middle weight's gradient changes by {change:.1e} (
 # The other classic `pack` moves saved tensors **to the CPU** and `unpack` brings them back to
 # the GPU: PyTorch ships it as `torch.autograd.graph.save_on_cpu()`. It frees GPU memory at the
 # cost of copies. For a tensor that is on the CPU already it saves nothing at all: `t.cpu()`
-# returns `t` itself, and so `save_on_cpu`'s pack hands back the very tensor it was given.
-
-# %%
-t = torch.randn(3)
-device, packed = torch.autograd.graph.save_on_cpu().pack_hook(t)
-print("a GPU here:", torch.cuda.is_available())
-print("t.cpu() is t:", t.cpu() is t, "| save_on_cpu packs a CPU tensor as itself:", packed is t)
-
-# %% [markdown]
+# returns `t` itself, and so `save_on_cpu`'s pack hands back the very tensor it was given
+# (the next cell prints it).
+#
 # ### A trap: saved-tensor hooks switch off lab 4's check
 #
 # Lab 4's error, *a variable needed for gradient computation has been modified by an inplace
@@ -533,6 +527,11 @@ def exp_then_add_one(hooks):
     return f"no error, gradient {a.grad.item():.4f}"
 
 
+t = torch.randn(3)
+print(
+    "save_on_cpu's pack returns a CPU tensor itself:",
+    torch.autograd.graph.save_on_cpu().pack_hook(t)[1] is t,
+)
 same = torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t)
 copy = torch.autograd.graph.saved_tensors_hooks(lambda t: t.clone(), lambda t: t)
 print(f"the true gradient, e^1:          {math.e:.4f}")
@@ -986,14 +985,13 @@ for _depth, _segments, _batch, _hidden in (
 # every segment count from 1 to that depth, and the plain pass. The cell measures, with
 # `distinct_saved_bytes`:
 #
-# * **kept**: the storage the forward pass leaves for backward (segment inputs, and what the
-#   input and output layers save);
-# * **one segment**: what the largest segment saves when it runs without a checkpoint, which
-#   is what its recomputation holds while that segment's backward runs. Backward recomputes
-#   one segment at a time, the last first, so the most saved storage alive at once is about
-#   kept + one segment (the **high-water mark** in the table);
-# * **reruns**: calls of the middle layer during backward, and the time of one forward and
-#   backward pass (the median of a few runs; read its shape, not its digits).
+# * **kept**: the storage the forward pass leaves for backward;
+# * **one segment**: what the largest segment saves when run without a checkpoint, which is
+#   what its recomputation holds while its backward runs. Backward recomputes one segment at
+#   a time, the last first, so the most saved storage alive at once is about kept + one
+#   segment (the **high-water mark**);
+# * **reruns**: calls of the middle layer during backward, and the median time of one forward
+#   and backward pass (read its shape, not its digits).
 
 # %%
 DEPTH = max(DEPTHS)
