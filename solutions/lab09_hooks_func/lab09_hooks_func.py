@@ -7,22 +7,23 @@
 # ---
 
 # %% [markdown]
-# # Lab 9: Hooks, memory, `torch.func` and your own backward
+# # Lab 9: Hooks, saved tensors and memory, custom Functions, checkpointing
 #
 # Until now autograd has been a machine you feed and read: build a graph in the forward pass,
-# call `backward()`, look at `.grad`. This lab opens it in seven places:
+# call `backward()`, look at `.grad`. This lab opens it in five places:
 #
 # 1. **hooks** on tensors and modules, to watch the gradient of each use of a shared weight
-#    as it flows past (lab 3 only showed you the sum);
+#    (lab 3 only showed you the sum) and of each sample;
 # 2. **saved-tensor hooks**, to see and measure what a graph keeps in memory for the
-#    backward pass, and to store it differently (in half precision);
-# 3. **activation checkpointing**, which keeps less and recomputes the rest;
-# 4. **anomaly detection**, which finds the forward line behind a backward error (lab 4's
-#    in-place error);
-# 5. **`torch.func`**: gradients as functions, per-sample gradients with `vmap`, and why
-#    `vmap` will not follow a Python `if` on a tensor;
-# 6. **`create_graph=True`**: differentiating a gradient, for Hessian-vector products;
-# 7. your own **`torch.autograd.Function`**, with a backward you write yourself.
+#    backward pass, to store it differently, and a trap they set for lab 4's in-place check;
+# 3. your own **`torch.autograd.Function`**, with a backward you write yourself;
+# 4. **activation checkpointing**, which keeps less and recomputes the rest, and how to choose
+#    its segments;
+# 5. **anomaly detection**, which finds the forward line behind a backward error (lab 4's
+#    in-place error).
+#
+# Gradients as functions (`torch.func`), per-sample gradients with `vmap` and Hessian-vector
+# products are the subject of lab 10.
 #
 # **How this lab works.** Cells marked *exercise* are yours: replace
 # `raise NotImplementedError(...)` with your code. The cell after each exercise is a
@@ -33,14 +34,15 @@
 
 # %% nbgrader={"locked": true, "grade_id": "setup"}
 # %course-setup
+import contextlib
+import math
 import random
 import time
 
 import matplotlib.pyplot as plt
-import numpy as np
-import torch.func
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
 # The matrices here are small: one thread is as fast as several, and the timings steadier.
@@ -52,17 +54,19 @@ print("torch", torch.__version__, "| grading run" if GRADING else "")
 
 
 # %% [markdown]
-# The model of this lab is lab 5's `DynamicNet`, on made-up data: an input layer, **one**
-# middle layer applied a random number of times (each use followed by a ReLU), an output
-# layer and `log_softmax`. `model(x)` draws the depth from the model's own `random.Random`,
-# so two models made with the same `seed` draw the same depths; `model(x, depth=3)` asks for a
-# depth. `randomize(model, generator)` refills the weights from a `torch.Generator`, which the
-# checks use to get the same weights on every machine.
+# The model of this lab is the course's `DynamicNet` (lab 5), on made-up data: an input
+# layer, **one** middle layer applied a random number of times (each use followed by a ReLU),
+# an output layer and `log_softmax`. `model(x)` draws the depth from the model's own
+# `random.Random`, so two models made with the same `seed` draw the same depths;
+# `model(x, depth=3)` asks for a depth. `randomize(model, generator)` refills the weights from
+# a `torch.Generator`, which the checks use to get the same weights on every machine.
 
 
 # %% nbgrader={"locked": true, "grade_id": "dynamic_net"}
 class DynamicNet(nn.Module):
-    def __init__(self, d_in=32, hidden=64, d_out=10, max_depth=3, seed=0):
+    """The middle layer is applied 0 to max_depth times, a new draw on every call."""
+
+    def __init__(self, d_in=784, hidden=100, d_out=10, max_depth=3, seed=None):
         super().__init__()
         self.input_linear = nn.Linear(d_in, hidden)
         self.middle_linear = nn.Linear(hidden, hidden)
@@ -75,10 +79,10 @@ class DynamicNet(nn.Module):
         if depth is None:
             depth = self.rng.randint(0, self.max_depth)
         self.last_depth = depth
-        h = F.relu(self.input_linear(x))
+        h = F.relu(self.input_linear(x.flatten(1)))
         for _ in range(depth):
             h = F.relu(self.middle_linear(h))
-        return F.log_softmax(self.output_linear(h), dim=1)
+        return F.log_softmax(self.output_linear(h), dim=1)  # log-probabilities: nll_loss
 
 
 def randomize(model, generator):
@@ -95,45 +99,29 @@ def randomize(model, generator):
 #
 # `t.register_hook(fn)` asks autograd to call `fn(grad)` when the gradient with respect to
 # `t` has been computed during a backward pass. The hook may look at it, store it, or return a
-# new tensor to use instead (gradient clipping is often written that way). It returns a
-# *handle*; `handle.remove()` takes the hook off again.
+# new tensor, which autograd then uses in its place. It returns a *handle*; `handle.remove()`
+# takes the hook off again. (Gradient clipping is not usually written as a hook: training loops
+# call `torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)` after `backward()` and
+# before the optimizer's step, because the norm it clips is that of all the gradients together.)
 #
 # Start with lab 3's example: one weight `W` used three times, `h = tanh(W @ h)`. A hook on
 # `W` itself is called **once**, with the gradient already summed over the three uses: the
-# engine adds up everything that flows into a node before it calls the node's hooks.
+# engine adds up everything that flows into a node before it calls the node's hooks. A hook on
+# an **intermediate** tensor sees the gradient of the loss with respect to that tensor; the
+# cell puts one on the hidden state after each step. The hooks fire in backward order, the last
+# step first.
 
 # %%
 W = torch.randn(3, 3, requires_grad=True)
-h0 = torch.randn(3, 1)
-seen = []
+h, seen, fired = torch.randn(3, 1), [], []
 handle = W.register_hook(lambda g: seen.append(g.clone()))
-h = h0
-for _ in range(3):
+for step in range(1, 4):
     h = torch.tanh(W @ h)
+    h.register_hook(lambda g, step=step: fired.append(step))
 h.sum().backward()
 handle.remove()
-print("calls of the hook on W:", len(seen))
-print("what it saw equals W.grad:", torch.equal(seen[0], W.grad))
-
-# %% [markdown]
-# A hook on an **intermediate** tensor sees the gradient of the loss with respect to that
-# tensor. Here, ten steps of the same chain with a smallish `W`, and a hook on the hidden state
-# after each step. The hooks fire in backward order, the last step first, and the table shows
-# the gradient's size on its way back: it mostly shrinks, step after step (the *vanishing
-# gradient* of recurrent networks, seen from inside).
-
-# %%
-torch.manual_seed(1)
-W10 = (0.5 * torch.randn(4, 4)).requires_grad_()
-h = torch.randn(4, 1)
-fired = []
-for step in range(1, 11):
-    h = torch.tanh(W10 @ h)
-    h.register_hook(lambda g, step=step: fired.append((step, g.norm().item())))
-h.sum().backward()
-print(" order  step  |dloss/dh|")
-for order, (step, norm) in enumerate(fired, start=1):
-    print(f"{order:6d} {step:5d}  {norm:9.5f}")
+print("calls of the hook on W:", len(seen), "| it saw W.grad:", torch.equal(seen[0], W.grad))
+print("the hooks on the hidden states fired for the steps", fired)
 
 # %% [markdown]
 # To see the gradient of **each use** of `W`, give each use a node of its own. A view such
@@ -239,13 +227,16 @@ for _k, _n in ((1, 4), (2, 4), (4, 5), (6, 3)):
 # `register_full_backward_hook(fn)` calls `fn(module, grad_input, grad_output)` once per call
 # during the backward pass, with the gradients with respect to that call's inputs and outputs
 # (not its parameters). For a linear layer, the weight's gradient from one call is
-# `grad_output.T @ input`, so the two hooks together give each use's weight gradient of
-# `DynamicNet`'s middle layer. Remove the hooks when you are done: a forgotten hook fires in
-# every later pass.
+# `grad_output.T @ input`, a sum over the samples of the batch; keep the sample index instead
+# (`torch.einsum("ni,nj->nij", grad_output, input)`) and you have each **sample's** share of
+# the weight gradient. So one ordinary `backward()` can give per-sample gradients, if hooks
+# collect the pieces: the Opacus library computes them this way for differentially private
+# training (its `GradSampleModule` puts such hooks on each layer). (Lab 10 gets them another way, with `torch.func.vmap`.) Remove the hooks when you
+# are done: a forgotten hook fires in every later pass.
 
 # %%
 torch.manual_seed(2)
-net = DynamicNet()
+net = DynamicNet(32, 64, 10, seed=2)
 x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
 inputs, grad_outputs = [], []
 handles = [
@@ -258,59 +249,58 @@ F.nll_loss(net(x, depth=3), y).backward()
 for handle in handles:
     handle.remove()
 grad_outputs.reverse()  # backward hooks fired last use first
-per_use = [g.T @ inp for g, inp in zip(grad_outputs, inputs, strict=True)]
-print(" use  |grad_output|  |weight grad of this use|")
-for i, (g, dW) in enumerate(zip(grad_outputs, per_use, strict=True), start=1):
-    print(f"{i:4d}  {g.norm():12.5f}  {dW.norm():12.5f}")
-total = net.middle_linear.weight.grad
+pairs = list(zip(grad_outputs, inputs, strict=True))
+per_use = [g.T @ inp for g, inp in pairs]
+print("norms of the weight gradient of each use:", [round(dW.norm().item(), 5) for dW in per_use])
+total = net.middle_linear.weight.grad.clone()
+print("the uses add up to middle_linear.weight.grad:", torch.allclose(sum(per_use), total))
+per_sample = sum(torch.einsum("ni,nj->nij", g, inp) for g, inp in pairs)  # (16, 64, 64)
+net.zero_grad()  # sample 0 alone, its loss divided by 16 as in the batch's mean
+(F.nll_loss(net(x[:1], depth=3), y[:1]) / 16).backward()
 print(
-    f" sum of the uses: {sum(per_use).norm():.5f}   middle_linear.weight.grad: {total.norm():.5f}"
+    "per-sample gradient of sample 0 equals a backward pass of sample 0 alone:",
+    torch.allclose(per_sample[0], net.middle_linear.weight.grad, atol=1e-6),
 )
-print(" they agree:", torch.allclose(sum(per_use), total, atol=1e-6))
 
 # %% [markdown]
 # ## 2. What a graph keeps for the backward pass
 #
 # Labs 2 and 4 showed that a graph holds on to tensors until `backward()` frees them: `exp`
-# keeps its output, `a * b` keeps both factors, `x * 2` keeps nothing but the number 2. With
+# keeps its output, `a * b` keeps both factors. With
 # `torch.autograd.graph.saved_tensors_hooks(pack, unpack)` you can watch that happen. Inside
-# the `with` block, every tensor an operation saves for backward goes through `pack(t)`, and
+# the `with` block, a tensor an operation saves for backward goes through `pack(t)`, and
 # what `pack` returns is stored instead; when backward needs the tensor, it calls
-# `unpack(stored)`, which must give back a tensor of the same shape and dtype (and the same
-# values, if the gradients are to stay exact).
+# `unpack(stored)`, which should give back the tensor that was saved: same shape, dtype and
+# values. Autograd does not check it (a float64 tensor for a float32 one goes through
+# unnoticed), and gradients are only as exact as what `unpack` returns.
+#
+# One kind of saved tensor never reaches `pack`: a Python number. `a * 2` keeps the 2 (its
+# node reads it as a zero-dimensional tensor, `grad_fn._saved_other`), but as a *wrapped
+# number*, which autograd stores as it is, outside the hooks. Multiply by
+# `torch.tensor(2.0)` instead, and that tensor goes through `pack` like any other.
 
 
 # %%
 def show_saved(label, fn):
     saved = []
-
-    def pack(t):
-        saved.append(t)
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         out = fn()
-    names = []
-    for t in saved:
-        if t is a:
-            names.append("a")
-        elif t is b:
-            names.append("b")
-        elif torch.equal(t, out.detach()):
-            names.append("the output")
-        else:
-            names.append(f"another tensor {tuple(t.shape)}")
-    print(f"{label:22} saves {len(saved)}: {', '.join(names) or '-'}")
+    names = {id(a): "a", id(b): "b"}
+    names = [names.get(id(t)) or ("the output" if torch.equal(t, out.detach()) else
+             f"another tensor, shape {tuple(t.shape)}") for t in saved]  # fmt: skip
+    print(f"{label:22} pack sees {len(saved)}: {', '.join(names) or '-'}")
 
 
 a = torch.randn(4, requires_grad=True)
 b = torch.randn(4, requires_grad=True)
 show_saved("a * 2", lambda: a * 2)
+show_saved("a * torch.tensor(2.0)", lambda: a * torch.tensor(2.0))
 show_saved("a * b", lambda: a * b)
 show_saved("a.exp()", lambda: a.exp())
 show_saved("a.sin()", lambda: a.sin())
 show_saved("a.relu()", lambda: a.relu())
 show_saved("a.sum()", lambda: a.sum())
+print("what a * 2 keeps all the same:", repr((a * 2).grad_fn._saved_other))
 
 # %% [markdown]
 # ### Exercise 2 (2 points): count the bytes
@@ -322,7 +312,7 @@ show_saved("a.sum()", lambda: a.sum())
 #
 # Count a tensor every time it is packed, even if the same tensor was packed before: the
 # number is the sum over all the places the graph saved a tensor. (Two of those places may
-# share memory; the picture after the check shows how much.) `model` may be any function of
+# share memory; the table after the check shows how much.) `model` may be any function of
 # one tensor, not only a module.
 
 
@@ -371,8 +361,12 @@ check(
     f"t * t saves t twice (once as each factor), 2 x 40 = 80 bytes; saved_bytes says {_n}. "
     "Count every tensor pack is handed, also when it was packed before.",
 )
-check(saved_bytes(lambda t: t * 2.0, _x) == 0, "t * 2.0 saves no tensor: expected 0 bytes.")
-_net = DynamicNet(seed=5)
+check(
+    saved_bytes(lambda t: t * 2.0, _x) == 0,
+    "t * 2.0 hands pack no tensor (the 2.0 is kept as a wrapped number, outside the hooks): "
+    "expected 0 bytes.",
+)
+_net = DynamicNet(32, 64, 10, seed=5)
 _draws = random.Random(5)
 for _ in range(4):
     _n = saved_bytes(_net, torch.randn(8, 32))
@@ -402,7 +396,6 @@ for _seed, _batch, _hidden, _dtype in ((3, 7, 20, torch.float32), (8, 5, 12, tor
         hint="count numel() * element_size() of every tensor pack is handed, each time it is "
         "handed; call model(x) exactly once, inside the with block.",
     )
-_shapes = {"3": (3,), "4x5": (4, 5), "2x3x2": (2, 3, 2)}
 _fns = {
     "sin(x) * exp(x)": lambda t: t.sin() * t.exp(),
     "tanh(x) @ x.T (2-d)": lambda t: (
@@ -411,10 +404,10 @@ _fns = {
     "x.sigmoid().sum() * 3": lambda t: t.sigmoid().sum() * 3,
 }
 _record = {}
-for _shape_name, _shape in _shapes.items():
+for _shape in ((3,), (4, 5), (2, 3, 2)):
     for _fn_name, _fn in _fns.items():
         _x = torch.randn(_shape, dtype=torch.float64, generator=_gen, requires_grad=True)
-        _record[f"{_fn_name} on float64 {_shape_name}"] = saved_bytes(_fn, _x)
+        _record[f"{_fn_name} on float64 {_shape}"] = saved_bytes(_fn, _x)
 observe(
     "saved_bytes(fn, x) for three functions on float64 tensors of three shapes",
     _record,
@@ -425,341 +418,663 @@ observe(
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# Now the picture. For a batch of inputs, one pass of `DynamicNet` at each depth from 0 up:
-# the bytes your `saved_bytes` counts, and below them the memory those saved tensors really
-# occupy, each distinct block of memory counted once. They differ because one tensor is often
-# saved in two places (the output of a ReLU is saved by the ReLU and again by the next layer,
-# as its input) and because the middle layer's **weight** is saved once per use although it is
-# one tensor that exists anyway.
-
-# %%
-BATCH, HIDDEN, DEPTHS = (128, 128, range(7)) if GRADING else (512, 256, range(9))
-torch.manual_seed(3)
-big = DynamicNet(d_in=64, hidden=HIDDEN, max_depth=max(DEPTHS))
-xb = torch.randn(BATCH, 64)
+# Now the numbers. For a batch of inputs, one pass of `DynamicNet` at each depth from 0 up:
+# the bytes your `saved_bytes` counts, and beside them the memory those saved tensors really
+# occupy, `distinct_saved_bytes`: each block of memory (a tensor's *storage*) counted once,
+# and the parameters left out, since they exist whether or not a graph saves them. The two
+# differ because one tensor is often saved in two places (the output of a ReLU is saved by
+# the ReLU and again by the next layer, as its input) and because the middle layer saves its
+# **weight** once per use. The rest of this lab measures memory the second way.
 
 
-def distinct_bytes(fn, x):
-    """Bytes of the distinct memory blocks (storages) behind the tensors a pass saves."""
+# %% nbgrader={"locked": true, "grade_id": "distinct_saved_bytes"}
+def distinct_saved_bytes(fn, *args, leave_out=()):
+    """Run fn(*args) once. Return its output and the bytes of the distinct storages behind the
+    tensors it saved for backward, leaving out the storages of the tensors in `leave_out`."""
+    apart = {t.untyped_storage().data_ptr() for t in leave_out}
     blocks = {}
 
     def pack(t):
         storage = t.untyped_storage()
-        blocks[storage.data_ptr()] = storage.nbytes()
+        if storage.data_ptr() not in apart:
+            blocks[storage.data_ptr()] = storage.nbytes()
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn(x)
-    return sum(blocks.values())
+        out = fn(*args)
+    return out, sum(blocks.values())
 
 
+# %%
+BATCH, HIDDEN, DEPTHS = (128, 128, range(7)) if GRADING else (512, 256, range(9))
+torch.manual_seed(3)
+big = DynamicNet(64, HIDDEN, 10, max_depth=max(DEPTHS), seed=3)
+params = list(big.parameters())
+xb, yb = torch.randn(BATCH, 64), torch.randint(0, 10, (BATCH,))
 counted = [saved_bytes(lambda t, d=d: big(t, depth=d), xb) / 2**20 for d in DEPTHS]
-distinct = [distinct_bytes(lambda t, d=d: big(t, depth=d), xb) / 2**20 for d in DEPTHS]
-fig, ax = plt.subplots(figsize=(7, 3.5))
-ax.plot(list(DEPTHS), counted, "o-", label="saved_bytes: every saved slot")
-ax.plot(list(DEPTHS), distinct, "s--", label="distinct memory blocks")
-ax.set_xlabel("depth (uses of the middle layer)")
-ax.set_ylabel("MiB kept for backward")
-ax.set_title(f"DynamicNet, batch {BATCH}, hidden {HIDDEN}: memory grows with depth")
-ax.legend()
-plt.show()
-print(
-    f"from depth 1 to 2: {counted[2] - counted[1]:.4f} MiB more in saved slots, "
-    f"{distinct[2] - distinct[1]:.4f} MiB more of distinct memory "
-    f"(one {BATCH} x {HIDDEN} float32 activation is {BATCH * HIDDEN * 4 / 2**20:.4f} MiB)"
-)
-print("depths DynamicNet draws on its own, and what each pass saves:")
-for _ in range(5):
-    n = saved_bytes(big, xb)
-    print(f"  depth {big.last_depth}: {n / 2**20:7.3f} MiB")
+distinct = [distinct_saved_bytes(big, xb, d, leave_out=params)[1] / 2**20 for d in DEPTHS]
+print(f"one {BATCH} x {HIDDEN} float32 activation: {BATCH * HIDDEN * 4 / 2**20:.4f} MiB")
+print("depth  every slot MiB  distinct MiB  distinct step")
+for d in DEPTHS:
+    step = distinct[d] - distinct[d - 1] if d else float("nan")
+    print(f"{d:5d}  {counted[d]:14.4f}  {distinct[d]:12.4f}  {step:13.4f}")
 
 # %% [markdown]
 # Memory for backward grows **linearly with the depth the forward pass happened to take**: a
 # dynamic graph costs what it did, not what it might have done. Each extra use fills three
 # slots: the ReLU saves its output, the next layer saves the same tensor as its input, and the
-# middle layer saves its weight. Of those, only the ReLU's output is new memory, one
-# `BATCH x HIDDEN` activation per use: the weight is the parameter itself, counted once in the
-# distinct line (at depth 1, which is why that step is larger).
+# middle layer saves its weight. Of those, only the ReLU's output is new memory: the distinct
+# line steps up by one activation per use (the last column).
 #
 # ### Packing saved tensors differently
 #
 # `pack` may return **anything**, as long as `unpack` turns it back into a tensor. Storing the
-# saved tensors in half precision halves what they take, at the price of rounding them: the
-# backward pass then computes with slightly wrong numbers. Here are the bytes that `pack`
-# returns, and how far the gradients move.
+# saved tensors in half precision halves what they take, at the price of rounding them:
+# float16 keeps 11 significant bits, about three decimal digits, and the rounding passes into
+# the gradients, by the amount the cell prints. Mixed-precision training makes the same kind
+# of bargain on purpose.
 
 
 # %%
 def half_pack(t):
-    if t.is_floating_point():
-        return (t.dtype, t.to(torch.float16))
-    return (None, t)
+    return (t.dtype, t.to(torch.float16)) if t.is_floating_point() else (None, t)
 
 
 def half_unpack(packed):
-    dtype, t = packed
-    return t if dtype is None else t.to(dtype)
+    return packed[1] if packed[0] is None else packed[1].to(packed[0])
 
 
-def grads_and_packed_bytes(model, x, target, depth, pack, unpack):
-    """Gradients of one pass, with saved tensors stored by pack; and the bytes pack returned."""
-    stored = [0]
-
-    def counting_pack(t):
-        packed = pack(t)
-        stored[0] += sum(p.numel() * p.element_size() for p in packed if torch.is_tensor(p))
-        return packed
-
-    model.zero_grad()
-    with torch.autograd.graph.saved_tensors_hooks(counting_pack, unpack):
-        loss = F.nll_loss(model(x, depth=depth), target)
+def middle_grad(pack, unpack):
+    big.zero_grad()
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        loss = F.nll_loss(big(xb, depth=max(DEPTHS)), yb)
     loss.backward()
-    return [
-        torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in model.parameters()
-    ], stored[0]
+    return big.middle_linear.weight.grad.clone()
 
 
-yb = torch.randint(0, 10, (BATCH,))
-rows = []
-for d in DEPTHS:
-    exact, full = grads_and_packed_bytes(big, xb, yb, d, lambda t: (None, t), half_unpack)
-    rounded, half = grads_and_packed_bytes(big, xb, yb, d, half_pack, half_unpack)
-    error = max(
-        ((r - e).norm() / e.norm()).item()
-        for r, e in zip(rounded, exact, strict=True)
-        if e.norm() > 0  # at depth 0 the middle layer gets no gradient
-    )
-    rows.append((d, full / 2**20, half / 2**20, error))
-print("depth  float32 MiB  float16 MiB  largest relative change of a gradient")
-for d, full, half, error in rows:
-    print(f"{d:5d}  {full:11.3f}  {half:11.3f}  {error:.1e}")
-fig, ax = plt.subplots(figsize=(7, 3.2))
-ax.bar(np.array(list(DEPTHS)) - 0.2, [r[1] for r in rows], width=0.4, label="saved as float32")
-ax.bar(np.array(list(DEPTHS)) + 0.2, [r[2] for r in rows], width=0.4, label="packed to float16")
-ax.set_xlabel("depth")
-ax.set_ylabel("MiB stored for backward")
-ax.legend()
-plt.show()
+exact, rounded = middle_grad(lambda t: t, lambda t: t), middle_grad(half_pack, half_unpack)
+change = ((rounded - exact).norm() / exact.norm()).item()
+print(f"saved in float16: the middle weight's gradient changes by {change:.1e} (relative)")
 
 # %% [markdown]
-# Half the bytes. The gradients move too, by the relative amounts in the last column (from a
-# few parts in ten thousand up to about a percent, depending on the depth and the sizes):
-# float16 keeps 11 significant bits, about three decimal digits, and the rounding of every
-# saved tensor passes into the gradients. Whether that is acceptable depends on the model;
-# mixed-precision training makes the same kind of bargain on purpose.
-#
 # The other classic `pack` moves saved tensors **to the CPU** and `unpack` brings them back to
 # the GPU: PyTorch ships it as `torch.autograd.graph.save_on_cpu()`. It frees GPU memory at the
-# cost of copies. On a machine without a GPU, which is where this notebook may well run, it
-# saves nothing at all: the tensors are on the CPU already, `t.cpu()` returns `t` itself, and so
-# `save_on_cpu`'s pack hands back the very tensor it was given.
+# cost of copies. For a tensor that is on the CPU already it saves nothing at all: `t.cpu()`
+# returns `t` itself, and so `save_on_cpu`'s pack hands back the very tensor it was given
+# (the next cell prints it).
+#
+# ### A trap: saved-tensor hooks switch off lab 4's check
+#
+# Lab 4's error, *a variable needed for gradient computation has been modified by an inplace
+# operation*, comes from a version counter: a saved tensor remembers its version, and backward
+# compares. But a tensor saved **while a saved-tensor hook is active** is not checked at all:
+# autograd leaves it to `pack` to store something safe, and uses whatever `unpack` returns as
+# it is. A `pack` that returns `t` itself, like every `pack` of this section so far, makes
+# nothing safe: an in-place change then goes into the gradient in silence. `e = a.exp()` saves
+# its output; `e.add_(1)` changes it; the gradient of `e.sum()` should be $e^a$:
+
 
 # %%
+def exp_then_add_one(hooks):
+    a = torch.tensor(1.0, requires_grad=True)
+    with hooks:
+        e = a.exp()  # exp saves its output e ...
+    e.add_(1)  # ... which this changes in place
+    try:
+        e.sum().backward()
+    except RuntimeError as error:
+        return "RuntimeError: " + str(error)[:58] + "..."
+    return f"no error, gradient {a.grad.item():.4f}"
+
+
 t = torch.randn(3)
-device, packed = torch.autograd.graph.save_on_cpu().pack_hook(t)
-print("a GPU here:", torch.cuda.is_available())
-print("t.cpu() is t:", t.cpu() is t, "| save_on_cpu packs a CPU tensor as itself:", packed is t)
+print(
+    "save_on_cpu's pack returns a CPU tensor itself:",
+    torch.autograd.graph.save_on_cpu().pack_hook(t)[1] is t,
+)
+same = torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t)
+copy = torch.autograd.graph.saved_tensors_hooks(lambda t: t.clone(), lambda t: t)
+print(f"the true gradient, e^1:          {math.e:.4f}")
+print("no hooks:                       ", exp_then_add_one(contextlib.nullcontext()))
+print("pack returns t itself:          ", exp_then_add_one(same))
+print("save_on_cpu, on a CPU tensor:   ", exp_then_add_one(torch.autograd.graph.save_on_cpu()))
+print("pack returns a copy, t.clone(): ", exp_then_add_one(copy))
 
 # %% [markdown]
-# ## 3. Activation checkpointing
+# With `pack` returning `t` itself, or with `save_on_cpu` on a CPU tensor, the gradient comes
+# out as $e + 1$ instead of $e$, and nothing warns. The passes of this section changed nothing
+# in place, so their gradients are right; but keep the rule in mind whenever hooks are on:
+# either `pack` stores a copy (then an in-place change cannot reach it, and the last line is
+# right), or nothing may change a saved tensor in place.
 #
-# The other way to save memory is to not keep activations at all.
-# `torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)` runs `fn(*args)` and
-# keeps only its inputs; whatever `fn` would have saved is thrown away, and during the backward
-# pass `fn` runs **again** to recompute it. Memory for compute: each checkpointed segment costs
-# a second forward pass. (`use_reentrant=False` is the implementation PyTorch recommends; the
-# older one has restrictions, and recent versions warn if you do not choose.)
+# ## 3. Your own backward: `torch.autograd.Function`
 #
-# For a `DynamicNet` that draws its depth at random, checkpoint each use of the middle layer:
-# the pass then keeps one activation per use instead of several.
+# Sometimes you know a better backward than autograd would derive: more stable, cheaper, or
+# simply different on purpose (a straight-through estimator). A subclass of
+# `torch.autograd.Function` has three static methods:
 #
-# ### Exercise 3 (2 points): a checkpointed forward pass
+# * `forward(x, ...)` computes the output. It runs with recording switched off: the operations
+#   inside it leave no nodes, and `MyFunction.apply(x, ...)` puts one node,
+#   `MyFunctionBackward`, in the graph instead.
+# * `setup_context(ctx, inputs, output)` stores on `ctx` what backward will need; tensors go
+#   through `ctx.save_for_backward(...)`.
+# * `backward(ctx, grad_output)` returns one gradient per input of `forward` (`None` for an
+#   input that needs none; `ctx.needs_input_grad` says which ones do).
 #
-# Write `checkpointed_forward(model, x, depth)` that computes exactly what
-# `model(x, depth=depth)` computes (a `DynamicNet`: input layer and ReLU, `depth` uses of the
-# middle layer each with its ReLU, output layer, `log_softmax`), but runs **each use of the
-# middle layer with its ReLU**, `F.relu(model.middle_linear(h))`, in its own
-# `checkpoint(..., use_reentrant=False)` call. The input and output layers stay outside.
-# Return the log-probabilities; the gradients of every parameter must be those of the plain
-# forward. (The first call of `checkpoint` in a session takes a few seconds: it imports a large
-# part of PyTorch's compiler machinery. Later calls are quick.)
+# This is the current style. The older, combined style, a `forward(ctx, x, ...)` that takes
+# `ctx` first and saves as it goes, still works, but `torch.func`'s transforms (lab 10) accept
+# only a Function with a `setup_context`.
+#
+# What does backward return? Lab 2's answer: the engine hands it $v = \partial L / \partial y$,
+# and it returns $\partial L / \partial x = v^\top J$, the **vector-Jacobian product** with the
+# Jacobian $J = \partial y / \partial x$ of its forward. It never builds $J$. For
+# `y = x @ W.T`, $v^\top J$ is `grad_output @ W` for `x` and `grad_output.T @ x` for `W`:
 
 
-# %% nbgrader={"solution": true, "grade_id": "checkpointed_forward"}
-def checkpointed_forward(model, x, depth):
-    ### BEGIN SOLUTION
-    def middle(t):
-        return F.relu(model.middle_linear(t))
+# %%
+class LinearFn(torch.autograd.Function):
+    @staticmethod
+    def forward(x, W):
+        return x @ W.T
 
-    h = F.relu(model.input_linear(x))
-    for _ in range(depth):
-        h = checkpoint(middle, h, use_reentrant=False)
-    return F.log_softmax(model.output_linear(h), dim=1)
-    ### END SOLUTION
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, W = inputs
+        ctx.save_for_backward(x, W)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, W = ctx.saved_tensors
+        print("backward: ctx.needs_input_grad (x, W) =", ctx.needs_input_grad)
+        grad_x = grad_output @ W if ctx.needs_input_grad[0] else None
+        grad_W = grad_output.T @ x if ctx.needs_input_grad[1] else None
+        return grad_x, grad_W
 
 
-# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_checkpointed_forward"}
-torch.manual_seed(12)
-_net = DynamicNet()
-_x, _y = torch.randn(8, 32), torch.randint(0, 10, (8,))
-_calls = []
-_handle = _net.middle_linear.register_forward_hook(lambda m, i, o: _calls.append(1))
-for _depth in (1, 3):
-    _net.zero_grad()
-    _want = _net(_x, depth=_depth)
-    F.nll_loss(_want, _y).backward()
-    _plain = [p.grad.clone() for p in _net.parameters()]
-    _net.zero_grad()
-    _calls.clear()
-    _out = checkpointed_forward(_net, _x, _depth)
-    check(
-        isinstance(_out, torch.Tensor) and torch.allclose(_out, _want, atol=1e-6),
-        f"depth {_depth}: the output differs from model(x, depth={_depth}): input layer and "
-        "ReLU, depth x (middle layer and ReLU), output layer, log_softmax.",
-    )
-    _forward_calls = len(_calls)
-    F.nll_loss(_out, _y).backward()
-    check(
-        _net.middle_linear.weight.grad is not None,
-        f"depth {_depth}: the middle layer got no gradient: is it run under torch.no_grad() "
-        "or on detached tensors? checkpoint records nothing itself, but backward must reach it.",
-    )
-    check(
-        all(
-            torch.allclose(_p.grad, _g, atol=1e-6)
-            for _p, _g in zip(_net.parameters(), _plain, strict=True)
-        ),
-        f"depth {_depth}: the gradients differ from the plain forward's. If the checkpointed "
-        "function reads h from the loop instead of taking it as an argument, the recomputation "
-        "in backward sees the last h, not the one of its own use: pass h to checkpoint.",
-    )
-    check(
-        len(_calls) == 2 * _forward_calls == 2 * _depth,
-        f"depth {_depth}: the middle layer ran {_forward_calls} times in the forward pass and "
-        f"{len(_calls) - _forward_calls} times in backward. With one checkpoint per use around "
-        f"F.relu(model.middle_linear(h)) it runs {_depth} times in each: backward reruns every "
-        "checkpointed use to recompute what it did not keep. (Around the layer alone, with the "
-        "ReLU outside, the rerun has what it needs inside the layer and stops before the call "
-        "completes.)",
-    )
-_handle.remove()
+torch.manual_seed(4)
+W, x, v = torch.randn(3, 4, requires_grad=True), torch.randn(5, 4), torch.randn(5, 3)
+y = LinearFn.apply(x, W)
+print("the node in the graph:", type(y.grad_fn).__name__)
+y.backward(v)
+print("W.grad equals v.T @ x:", torch.allclose(W.grad, v.T @ x))
+J = torch.autograd.functional.jacobian(lambda W: x @ W.T, W.detach())  # shape (5, 3, 3, 4)
+print("and v^T J, J built whole:", torch.allclose(W.grad, torch.einsum("ab,abcd->cd", v, J)))
+
+# %% [markdown]
+# Why `ctx.save_for_backward(x)` and not `ctx.x = x`? A tensor saved through it is a saved
+# tensor like those of section 2: the saved-tensor hooks see it (so packing and checkpointing
+# work on it), and, when no hook is active, lab 4's version check guards it. A tensor stuck on
+# `ctx` as an attribute gets neither: change it in place, and backward computes with the new
+# values without a word. One more tool of `ctx`: `ctx.mark_non_differentiable(t)`, in
+# `setup_context`, declares an output that has no gradient (a mask, say; it comes out with
+# `requires_grad=False`, and backward receives zeros for it), and integer outputs are
+# non-differentiable anyway.
+#
+# The example of the exercise is softplus, $\log(1 + e^x)$, a smooth ReLU. Written as it
+# reads, it overflows: in float32, $e^x$ is infinite from some $x$ on (the cell prints where).
+
+# %%
+xs = torch.linspace(-100, 100, 401)
+naive = torch.log(1 + torch.exp(xs))
+print("log(1 + exp(x)) in float32 is infinite from x =", xs[torch.isinf(naive)][0].item())
+stable = xs.clamp(min=0) + torch.log1p(torch.exp(-xs.abs()))
+print("max(x, 0) + log1p(exp(-|x|)) is finite everywhere:", bool(torch.isfinite(stable).all()))
+
+# %% [markdown]
+# The stable form uses $\log(1 + e^x) = \max(x, 0) + \log(1 + e^{-|x|})$, where the
+# exponential never exceeds 1. The derivative is the sigmoid, $\sigma(x) = 1/(1 + e^{-x})$,
+# which `torch.sigmoid` computes without overflow; $e^x / (1 + e^x)$ would give `inf / inf`,
+# which is `nan`, for large `x`.
+#
+# ### Exercise 3 (3 points): a stable softplus with its own backward
+#
+# Complete `StableSoftplus`: `forward(x)` returns the stable softplus of `x` (same shape and
+# dtype); `setup_context(ctx, inputs, output)` saves what backward needs with
+# `ctx.save_for_backward`; `backward(ctx, grad_output)` returns `grad_output` times the
+# derivative, the vector-Jacobian product (the Jacobian is diagonal here). It must give finite
+# values and gradients for every float32 input, and pass `torch.autograd.gradcheck` in
+# float64. (Saving the output `y` instead of `x` works too: $\sigma(x) = 1 - e^{-y}$, which
+# `-torch.expm1(-y)` computes accurately.)
+
+
+# %% nbgrader={"solution": true, "grade_id": "stable_softplus"}
+class StableSoftplus(torch.autograd.Function):
+    @staticmethod
+    def forward(x):
+        ### BEGIN SOLUTION
+        return x.clamp(min=0) + torch.log1p(torch.exp(-x.abs()))
+        ### END SOLUTION
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ### BEGIN SOLUTION
+        (x,) = inputs
+        ctx.save_for_backward(x)
+        ### END SOLUTION
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        ### BEGIN SOLUTION
+        (x,) = ctx.saved_tensors
+        return grad_output * torch.sigmoid(x)
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_stable_softplus"}
+check(
+    "setup_context" in vars(StableSoftplus),
+    "StableSoftplus should define setup_context(ctx, inputs, output), with a forward that takes "
+    "no ctx: the style this exercise asks for.",
+)
+_x = torch.tensor([-200.0, -20.0, -1.0, 0.0, 1.0, 20.0, 200.0], requires_grad=True)
+_y = StableSoftplus.apply(_x)
+check(
+    isinstance(_y, torch.Tensor) and _y.shape == _x.shape and _y.dtype == _x.dtype,
+    "StableSoftplus.apply(x) should return a tensor of x's shape and dtype.",
+)
+check(
+    bool(torch.isfinite(_y).all()),
+    f"softplus of {_x.tolist()} gave {_y.tolist()}: use max(x, 0) + log1p(exp(-|x|)), which never "
+    "overflows.",
+)
+check(
+    torch.allclose(_y, F.softplus(_x), rtol=1e-5, atol=1e-6),
+    "StableSoftplus differs from F.softplus: log(1 + e^x) = max(x, 0) + log1p(exp(-|x|)).",
+)
+_g = torch.arange(1.0, 8.0)
+_y.backward(_g)
+check(
+    _x.grad is not None and bool(torch.isfinite(_x.grad).all()),
+    f"the gradients are {_x.grad}: not all finite. exp(x) / (1 + exp(x)) is inf / inf = nan for "
+    "large x; torch.sigmoid(x) is the same function without overflow.",
+)
+check(
+    not torch.allclose(_x.grad, torch.sigmoid(_x.detach())),
+    "backward returned the derivative alone: multiply it by grad_output (the chain rule).",
+)
+check(
+    torch.allclose(_x.grad, _g * torch.sigmoid(_x.detach()), rtol=1e-5, atol=1e-6),
+    "backward should return grad_output * sigmoid(x).",
+)
+_x64 = torch.randn(6, dtype=torch.float64, requires_grad=True)
+check(
+    torch.autograd.gradcheck(StableSoftplus.apply, (_x64,), raise_exception=False),
+    "gradcheck (float64, finite differences) disagrees with your backward.",
+)
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-
-def _bytes_kept(fn, *args):
-    _total = [0]
-
-    def _pack(t):
-        _total[0] += t.numel() * t.element_size()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(_pack, lambda t: t):
-        _out = fn(*args)
-    return _out, _total[0]
-
-
-def _call_counter(module):
-    _calls = []
-    return _calls, module.register_forward_hook(lambda m, i, o: _calls.append(1))
-
-
-_gen = torch.Generator().manual_seed(93)
-for _depth, _batch, _hidden in ((0, 5, 16), (2, 6, 24), (5, 4, 20)):
-    _net = randomize(DynamicNet(d_in=7, hidden=_hidden, d_out=4, max_depth=5), _gen)
-    _x = torch.randn(_batch, 7, generator=_gen)
-    _y = torch.randint(0, 4, (_batch,), generator=_gen)
-    _calls, _handle = _call_counter(_net.middle_linear)
-    _out, _kept = _bytes_kept(checkpointed_forward, _net, _x, _depth)
-    _forward_calls = len(_calls)
-    F.nll_loss(_out, _y).backward()
-    _handle.remove()
+_gen = torch.Generator().manual_seed(97)
+for _dtype, _scale in ((torch.float32, 5.0), (torch.float32, 150.0), (torch.float64, 800.0)):
+    _x = (torch.randn(3, 4, generator=_gen) * _scale).to(_dtype).requires_grad_()
+    _g = torch.randn(3, 4, generator=_gen).to(_dtype)
+    _y = StableSoftplus.apply(_x)
+    _y.backward(_g)
     observe(
-        f"checkpointed_forward(model, x, depth={_depth}) on a random DynamicNet (hidden "
-        f"{_hidden}, batch {_batch}), then backward",
-        {
-            "output": _out.detach(),
-            "gradients": {_n: _p.grad for _n, _p in sorted(_net.named_parameters())},
-            "bytes saved for backward": _kept,
-            "middle layer calls in forward": _forward_calls,
-            "middle layer calls in backward": len(_calls) - _forward_calls,
-        },
+        f"StableSoftplus on a random {str(_dtype)[6:]} 3x4 input of scale {_scale:g}, backward "
+        "with a random grad_output",
+        {"output": _y.detach(), "dtype": str(_y.dtype), "x.grad": _x.grad},
+        rtol=1e-5,
         atol=1e-6,
-        hint="one checkpoint(..., use_reentrant=False) per use, around F.relu(middle_linear(h)) "
-        "with h passed as an argument; input and output layers outside.",
+        hint="max(x, 0) + log1p(exp(-|x|)) forward; backward grad_output * sigmoid(x), both "
+        "finite for large |x|.",
+    )
+_x64 = torch.randn(2, 5, dtype=torch.float64, generator=_gen, requires_grad=True)
+observe(
+    "torch.autograd.gradcheck(StableSoftplus.apply, (x,)) on a random float64 2x5 input",
+    {
+        "passes": torch.autograd.gradcheck(StableSoftplus.apply, (_x64,), raise_exception=False),
+        "output": StableSoftplus.apply(_x64).detach(),
+    },
+    hint="the backward must be grad_output times the derivative of the forward.",
+)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# One more check on the same exercise: is what backward needs kept through
+# `ctx.save_for_backward`? The check packs each saved tensor as a **copy** (a pack hook of
+# section 2), then changes `x` in place before backward. A tensor saved through
+# `save_for_backward` was copied, so backward still sees the old values; a tensor kept as
+# `ctx.x` is the changed one, and the gradient comes out wrong, without any error. (Under the
+# hook the version check is off, as section 2's trap showed; here that is what the check
+# wants: the copy is safe from the change, and an answer that saved `x` or `y` is not
+# stopped by an error meant for the original.)
+
+# %% nbgrader={"grade": true, "points": 1, "grade_id": "test_softplus_saves"}
+_base = torch.tensor([-2.0, -0.5, 0.0, 1.5, 3.0], dtype=torch.float64, requires_grad=True)
+_x = _base * 1.0  # not a leaf, so it may be changed in place
+_packed = []
+# pack stores a copy. While a hook is active autograd skips the version check (section 2's
+# trap), so the in-place change below raises nothing; it cannot reach the copy either, and a
+# tensor saved through save_for_backward gives the gradient of the old x. Only one kept
+# outside the hooks (ctx.x) sees the change.
+with torch.autograd.graph.saved_tensors_hooks(
+    lambda t: _packed.append(1) or t.clone(), lambda t: t
+):
+    _y = StableSoftplus.apply(_x)
+check(
+    len(_packed) >= 1,
+    "StableSoftplus saved nothing through ctx.save_for_backward: the saved-tensor hooks never "
+    "saw a tensor. Keep what backward needs with ctx.save_for_backward(...), not as ctx.x.",
+)
+with torch.no_grad():
+    _x.add_(10.0)
+_y.backward(torch.ones(5, dtype=torch.float64))
+check(
+    torch.allclose(_base.grad, torch.sigmoid(_base.detach()), atol=1e-10),
+    "after x was changed in place, backward used the changed values: it read a tensor kept "
+    "outside ctx.save_for_backward (the saved copy was ignored).",
+)
+### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+_gen = torch.Generator().manual_seed(98)
+for _case in (1, 2):
+    _base = torch.randn(2, 3, dtype=torch.float64, generator=_gen, requires_grad=True)
+    _x, _packed = _base * 1.0, []
+    with torch.autograd.graph.saved_tensors_hooks(
+        lambda t, _packed=_packed: _packed.append(1) or t.clone(), lambda t: t
+    ):
+        _y = StableSoftplus.apply(_x)
+    with torch.no_grad():
+        _x.mul_(-3.0)
+    _y.sum().backward()  # grad_output of ones: this check is about what was saved
+    observe(
+        f"StableSoftplus with saved tensors packed as copies, x changed in place before "
+        f"backward of the sum (case {_case} of 2)",
+        {"saved through save_for_backward": len(_packed) >= 1, "gradient": _base.grad},
+        atol=1e-10,
+        hint="keep what backward needs with ctx.save_for_backward and read it from "
+        "ctx.saved_tensors.",
     )
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# What checkpointing buys and costs, at each depth: the bytes saved for backward (measured
-# with your `saved_bytes`) and the time of one forward and backward pass (the median of a few
-# runs). Timings depend on your machine and on what else it is doing, so read their shape, not
-# their digits.
+# Your function next to PyTorch's own softplus: values and gradients. Then the two tests
+# PyTorch ships for a hand-written backward. `torch.autograd.gradcheck(fn, inputs)` compares
+# backward with finite differences of forward (in float64: in float32 the differences are too
+# coarse). `torch.autograd.gradgradcheck` does the same one level up: it differentiates your
+# backward itself, which `create_graph=True` (lab 10) needs. Your backward is made of
+# differentiable tensor operations, so it passes. A backward that cannot be differentiated
+# (it calls numpy, say) should be decorated with `@once_differentiable`: it then runs without
+# recording, and a second differentiation raises an error instead of giving a wrong answer.
 
 # %%
+xs = torch.linspace(-30, 30, 7, dtype=torch.float64, requires_grad=True)
+(mine,) = torch.autograd.grad(StableSoftplus.apply(xs).sum(), xs)
+(theirs,) = torch.autograd.grad(F.softplus(xs).sum(), xs)
+same = torch.allclose(StableSoftplus.apply(xs), F.softplus(xs)) and torch.allclose(mine, theirs)
+print("values and gradients equal F.softplus's on", xs.tolist(), ":", same)
+
+
+class OnceSoftplus(StableSoftplus):
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_output):
+        return StableSoftplus.backward(ctx, grad_output)
+
+
+x64 = (4 * torch.randn(5, dtype=torch.float64)).requires_grad_()
+for fn in (StableSoftplus, OnceSoftplus):
+    print(
+        f"{fn.__name__:15} gradcheck: {torch.autograd.gradcheck(fn.apply, (x64,))}",
+        f"gradgradcheck: {torch.autograd.gradgradcheck(fn.apply, (x64,), raise_exception=False)}",
+    )
+(g,) = torch.autograd.grad(
+    OnceSoftplus.apply(x64), x64, torch.ones_like(x64, requires_grad=True), create_graph=True
+)
+try:
+    g.sum().backward()  # differentiates OnceSoftplus's backward
+except RuntimeError as error:
+    print("RuntimeError:", error)
+
+# %% [markdown]
+# ## 4. Activation checkpointing
+#
+# The other way to save memory is to not keep activations at all.
+# `torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)` runs `fn(*args)` and
+# keeps only its inputs; whatever `fn` would have saved is thrown away, and during the backward
+# pass `fn` runs **again** to recompute it, just before its part of the backward needs it.
+# Memory for compute. (`use_reentrant=False` is the implementation PyTorch recommends; the
+# older one has restrictions. Torch 2.14.1 warns if you do not choose, and still runs.)
+#
+# Where to cut? Checkpointing each use of `DynamicNet`'s middle layer on its own is the
+# obvious idea, and it saves nothing: the input of use `i` is the output of use `i - 1`, which
+# the plain pass keeps anyway, so the checkpoints keep exactly what the plain pass kept, and
+# every use still runs twice. Memory drops only when a checkpoint spans **several** uses: it
+# keeps its first input and forgets the activations in between. So the depth uses are cut
+# into a few **segments**, one checkpoint each.
+#
+# ### Exercise 4 (2 points): a forward pass in checkpointed segments
+#
+# Write `segmented_forward(model, x, depth, segments)` that computes exactly what
+# `model(x, depth=depth)` computes (a `DynamicNet`: input layer on `x.flatten(1)` and ReLU,
+# `depth` uses of the middle layer each with its ReLU, output layer, `log_softmax`), but runs
+# the `depth` uses in `segments` consecutive groups, each group in **one**
+# `checkpoint(run, h, ..., use_reentrant=False)` call, where `run` applies the group's uses to
+# the `h` it is given. Make the groups as equal as possible, for instance group `i` covering
+# uses `i * depth // segments` up to `(i + 1) * depth // segments`. `1 <= segments <= depth`;
+# for `depth = 0` there is nothing to checkpoint. The input and output layers stay outside.
+# Pass `h` to `checkpoint` as an argument: the recomputation in backward calls `run` again,
+# and must get the `h` of its own segment. (`torch.utils.checkpoint.checkpoint_sequential`
+# does something similar for an `nn.Sequential`, but runs its last segment without a
+# checkpoint.)
+
+
+# %% nbgrader={"solution": true, "grade_id": "segmented_forward"}
+def segmented_forward(model, x, depth, segments):
+    ### BEGIN SOLUTION
+    def run(h, uses):
+        for _ in range(uses):
+            h = F.relu(model.middle_linear(h))
+        return h
+
+    h = F.relu(model.input_linear(x.flatten(1)))
+    if depth > 0:
+        bounds = [i * depth // segments for i in range(segments + 1)]
+        for start, stop in zip(bounds, bounds[1:], strict=False):
+            h = checkpoint(run, h, stop - start, use_reentrant=False)
+    return F.log_softmax(model.output_linear(h), dim=1)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_segmented_forward"}
+torch.manual_seed(12)
+_net = DynamicNet(32, 64, 10, max_depth=4, seed=0)
+_params = list(_net.parameters())
+_x, _y = torch.randn(8, 32), torch.randint(0, 10, (8,))
+_want, _plain_kept = distinct_saved_bytes(_net, _x, 4, leave_out=_params)
+F.nll_loss(_want, _y).backward()
+_plain = [p.grad.clone() for p in _params]
+_net.zero_grad()
+_calls = []
+_handle = _net.middle_linear.register_forward_hook(lambda m, i, o: _calls.append(1))
+_out, _kept = distinct_saved_bytes(segmented_forward, _net, _x, 4, 2, leave_out=_params)
+_forward_calls = len(_calls)
+check(
+    isinstance(_out, torch.Tensor) and torch.allclose(_out, _want, atol=1e-6),
+    "segmented_forward(model, x, 4, 2) differs from model(x, depth=4): input layer and ReLU, "
+    "depth x (middle layer and ReLU), output layer, log_softmax.",
+)
+F.nll_loss(_out, _y).backward()
+_handle.remove()
+check(
+    all(
+        _p.grad is not None and torch.allclose(_p.grad, _g, atol=1e-6)
+        for _p, _g in zip(_params, _plain, strict=True)
+    ),
+    "the gradients differ from the plain forward's (or are missing: no torch.no_grad() here). If "
+    "the checkpointed function reads h from the loop instead of taking it as an argument, the "
+    "recomputation in backward sees the last h, not the one of its own segment.",
+)
+check(
+    _forward_calls == 4 and len(_calls) - _forward_calls == 4,
+    f"with depth 4 the middle layer ran {_forward_calls} times in the forward pass and "
+    f"{len(_calls) - _forward_calls} times in backward. Every use should run once in each: "
+    "backward reruns each checkpointed segment once. No rerun at all means no checkpoint.",
+)
+_activation = 8 * 64 * 4  # bytes of one 8 x 64 float32 activation
+_kept_by = {
+    _k: distinct_saved_bytes(segmented_forward, _net, _x, 4, _k, leave_out=_params)[1]
+    for _k in (1, 2, 4)
+}
+check(
+    [_kept_by[_k] for _k in (1, 2, 4)] == [_plain_kept - _n * _activation for _n in (3, 2, 0)],
+    "the storage kept for backward is not that of one checkpoint per segment: with depth 4, one "
+    "segment should keep three activations fewer than the plain pass, two segments two fewer, "
+    "and four segments (each segment keeps only its input) as much as the plain pass.",
+)
+### BEGIN HIDDEN TESTS
+from grader_observe import observe
+
+
+def _kept_storage(fn, args, leave_out):
+    _apart = {t.untyped_storage().data_ptr() for t in leave_out}
+    _blocks = {}
+
+    def _pack(t):
+        _s = t.untyped_storage()
+        if _s.data_ptr() not in _apart:
+            _blocks[_s.data_ptr()] = _s.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(_pack, lambda t: t):
+        _out = fn(*args)
+    return _out, sum(_blocks.values())
+
+
+_gen = torch.Generator().manual_seed(93)
+for _depth, _segments, _batch, _hidden in (
+    (0, 1, 5, 16),
+    (5, 2, 6, 24),
+    (7, 3, 4, 20),
+    (6, 6, 3, 9),
+):
+    _net = randomize(DynamicNet(7, _hidden, 4, max_depth=7), _gen)
+    _x = torch.randn(_batch, 7, generator=_gen)
+    _y = torch.randint(0, 4, (_batch,), generator=_gen)
+    _calls = []
+    _handle = _net.middle_linear.register_forward_hook(
+        lambda m, i, o, _calls=_calls: _calls.append(1)
+    )
+    _out, _kept = _kept_storage(
+        segmented_forward, (_net, _x, _depth, _segments), list(_net.parameters())
+    )
+    _forward_calls = len(_calls)
+    F.nll_loss(_out, _y).backward()
+    _handle.remove()
+    observe(
+        f"segmented_forward(model, x, depth={_depth}, segments={_segments}) on a random "
+        f"DynamicNet (hidden {_hidden}, batch {_batch}), then backward",
+        {
+            "output": _out.detach(),
+            "gradients": {_n: _p.grad for _n, _p in sorted(_net.named_parameters())},
+            "distinct bytes saved for backward": _kept,
+            "middle layer calls in forward": _forward_calls,
+            "middle layer calls in backward": len(_calls) - _forward_calls,
+        },
+        atol=1e-6,
+        hint="the depth uses cut into `segments` groups, all of them, one "
+        "checkpoint(..., use_reentrant=False) per group with h passed as an argument; input and "
+        "output layers outside.",
+    )
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Now the trade, on the big `DynamicNet` of section 2 at the largest depth of its table, for
+# every segment count from 1 to that depth, and the plain pass. The cell measures, with
+# `distinct_saved_bytes`:
+#
+# * **kept**: the storage the forward pass leaves for backward;
+# * **one segment**: what the largest segment saves when run without a checkpoint, which is
+#   what its recomputation holds while its backward runs. Backward recomputes one segment at
+#   a time, the last first, so the most saved storage alive at once is about kept + one
+#   segment (the **high-water mark**);
+# * **reruns**: calls of the middle layer during backward, and the median time of one forward
+#   and backward pass (read its shape, not its digits).
+
+# %%
+DEPTH = max(DEPTHS)
 REPEATS = 3 if GRADING else 7
 
 
-def pass_time(forward, x, target):
+def pass_time(forward):
     times = []
     for _ in range(REPEATS):
         start = time.perf_counter()
-        F.nll_loss(forward(x), target).backward()
+        F.nll_loss(forward(), yb).backward()
         times.append(time.perf_counter() - start)
     return 1000 * sorted(times)[len(times) // 2]
 
 
-plain_mib, ckpt_mib, plain_ms, ckpt_ms = [], [], [], []
-for d in DEPTHS:
-    plain_mib.append(saved_bytes(lambda t, d=d: big(t, depth=d), xb) / 2**20)
-    ckpt_mib.append(saved_bytes(lambda t, d=d: checkpointed_forward(big, t, d), xb) / 2**20)
-    plain_ms.append(pass_time(lambda t, d=d: big(t, depth=d), xb, yb))
-    ckpt_ms.append(pass_time(lambda t, d=d: checkpointed_forward(big, t, d), xb, yb))
-fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(13, 3.6))
-ax1.plot(list(DEPTHS), plain_mib, "o-", label="plain")
-ax1.plot(list(DEPTHS), ckpt_mib, "s-", label="checkpointed")
-ax1.set_xlabel("depth")
-ax1.set_ylabel("MiB saved for backward")
-ax1.legend()
-ax2.plot(list(DEPTHS), plain_ms, "o-", label="plain")
-ax2.plot(list(DEPTHS), ckpt_ms, "s-", label="checkpointed")
-ax2.set_xlabel("depth")
-ax2.set_ylabel("ms per forward + backward")
-ax2.legend()
-ax3.plot(plain_ms, plain_mib, "o-", label="plain")
-ax3.plot(ckpt_ms, ckpt_mib, "s-", label="checkpointed")
-for d, ms, mib in zip(DEPTHS, ckpt_ms, ckpt_mib, strict=True):
-    ax3.annotate(str(d), (ms, mib), textcoords="offset points", xytext=(4, -10), fontsize=8)
-ax3.set_xlabel("ms per forward + backward")
-ax3.set_ylabel("MiB saved for backward")
-ax3.set_title("the trade, one point per depth", fontsize=10)
-ax3.legend()
-fig.suptitle(f"Checkpointing DynamicNet's middle layer (batch {BATCH}, hidden {HIDDEN})")
-plt.tight_layout()
-plt.show()
-print("depth  plain MiB  ckpt MiB  plain ms  ckpt ms")
-for row in zip(DEPTHS, plain_mib, ckpt_mib, plain_ms, ckpt_ms, strict=True):
-    print("{:5d}  {:9.3f}  {:8.3f}  {:8.2f}  {:7.2f}".format(*row))
-draws = [big.rng.randint(0, big.max_depth) for _ in range(8)]
+def uses_plain(h, uses):
+    for _ in range(uses):
+        h = F.relu(big.middle_linear(h))
+    return h
+
+
+calls = []
+hook = big.middle_linear.register_forward_hook(lambda m, i, o: calls.append(1))
+rows = []  # (segments, kept MiB, one segment MiB, reruns, ms); segments 0 is the plain pass
+for k in range(DEPTH + 1):
+    if k == 0:
+        forward = lambda: big(xb, depth=DEPTH)  # noqa: E731
+    else:
+        forward = lambda k=k: segmented_forward(big, xb, DEPTH, k)  # noqa: E731
+    calls.clear()
+    out, kept = distinct_saved_bytes(forward, leave_out=params)
+    forward_calls = len(calls)
+    F.nll_loss(out, yb).backward()
+    reruns = len(calls) - forward_calls
+    h_in = torch.randn(BATCH, HIDDEN, requires_grad=True)
+    largest = max(i * DEPTH // k - (i - 1) * DEPTH // k for i in range(1, k + 1)) if k else 0
+    _, segment = distinct_saved_bytes(uses_plain, h_in, largest, leave_out=[*params, h_in])
+    rows.append((k, kept / 2**20, segment / 2**20, reruns, pass_time(forward)))
+hook.remove()
+print(f"DynamicNet, batch {BATCH}, hidden {HIDDEN}, depth {DEPTH}")
+print("segments  kept MiB  one segment MiB  high-water MiB  reruns  ms per pass")
+for k, kept, segment, reruns, ms in rows:
+    name = "plain" if k == 0 else str(k)
+    print(
+        f"{name:>8}  {kept:8.3f}  {segment:15.3f}  {kept + segment:14.3f}  {reruns:6d}  {ms:11.2f}"
+    )
+high = {k: kept + segment for k, kept, segment, _, _ in rows[1:]}
 print(
-    "depths the model draws next:",
-    draws,
-    "-> checkpointed MiB:",
-    [round(ckpt_mib[d], 2) for d in draws],
+    "lowest high-water mark at segments =",
+    [k for k, mib in high.items() if mib == min(high.values())],
+    f"| sqrt(depth) = {math.sqrt(DEPTH):.2f}",
 )
+print(
+    f"one checkpoint per use keeps {rows[DEPTH][1]:.3f} MiB, the plain pass {rows[0][1]:.3f} MiB,",
+    f"and takes {rows[DEPTH][4] - rows[0][4]:.2f} ms more per pass",
+)
+extra = [r[4] - rows[0][4] for r in rows[1:]]
+fig, ax = plt.subplots(figsize=(6, 3.6))
+ax.plot(extra, list(high.values()), "s")
+for k, ms, mib in zip(high, extra, high.values(), strict=True):
+    ax.annotate(str(k), (ms, mib), xytext=(4, 2), textcoords="offset points")
+ax.axhline(rows[0][1], color="gray", linestyle="--", label="plain pass (kept = high-water)")
+ax.set(xlabel="extra ms per pass (recomputation)", ylabel="high-water MiB")
+ax.set_title("memory against recomputation, one point per segment count", fontsize=10)
+ax.legend()
+plt.show()
 
 # %% [markdown]
-# Both memory lines still grow with depth, but the checkpointed one more slowly: each use now
-# keeps only its input (one activation), where the plain pass keeps the ReLU's output in two
-# slots and the weight in a third. The time grows faster instead: every checkpointed use runs
-# its forward twice. With a depth drawn at random, each pass pays for the depth it drew, in
-# both columns. For a deep network whose activations do not fit in memory, that trade is what
-# makes training possible at all.
+# Read the table. Every segment count reruns each use of the middle layer once (the reruns
+# column equals the depth), so all of them pay about one extra forward pass; what the count
+# changes is memory. The forward keeps one activation per segment (its input) and the last
+# segment's output, and the backward holds one segment's activations on top while it
+# recomputes it: with $k$ segments of a depth $n$, about $k + n/k$ activations, smallest near
+# $k = \sqrt{n}$. That is the square-root rule of checkpointing, and the line under the table
+# says where your measurement puts the minimum. One checkpoint per use ($k = n$) keeps what
+# the plain pass keeps and pays the second forward for nothing. With a depth drawn at random,
+# each pass pays for the depth it drew, in both columns.
 #
-# ## 4. Which forward line broke the backward pass?
+# ## 5. Which forward line broke the backward pass?
 #
-# Lab 4's version-counter error says *what* went wrong, but not *where*: the error is raised in
-# `backward()`, long after the forward line that caused it ran. Here is lab 4's broken
+# Lab 4's version-counter error says *what* went wrong, and even names the operation whose
+# saved output was changed (`Tanh` below), but not *where* in your code: the error is raised
+# in `backward()`, long after the forward line that caused it ran. Here is lab 4's broken
 # function, hidden in a small helper as it would be in a real model:
 
 
@@ -787,7 +1102,8 @@ except RuntimeError as error:
 # stack before raising the error: "Error detected in TanhBackward0. Traceback of forward call
 # that caused the error:", then the frames, the innermost (the line that created the node)
 # last. Warnings go to stderr; `warnings.catch_warnings(record=True)` catches them as objects.
-# Anomaly mode makes every operation slower, so it is for debugging only.
+# Anomaly mode stores a stack for every node, and checks every gradient that backward computes
+# for `nan`, which slows everything down: it is for debugging only.
 
 # %%
 with warnings.catch_warnings(record=True) as caught:
@@ -805,7 +1121,7 @@ for w in caught:
         print("\n".join(lines[-5:]))
 
 # %% [markdown]
-# ### Exercise 4 (1 point): name the culprit
+# ### Exercise 5 (1 point): name the culprit
 #
 # Write `find_culprit(fn, x)` that runs `fn(x).backward()` under
 # `torch.autograd.detect_anomaly()`, catching the warnings (`record=True`, with
@@ -898,13 +1214,6 @@ def _exp_plus(x):
     return e.mean()
 
 
-def _pow_input(x):
-    u = x + 1
-    v = u.pow(3)
-    u.add_(2)
-    return v.sum()
-
-
 def _clean(x):
     return torch.tanh(x).sum() * x.sum()
 
@@ -914,13 +1223,12 @@ _record = {}
 for _name, _fn in (
     ("sigmoid, then s[0] = 0", _sigmoid_then_fill),
     ("exp, then e += 1", _exp_plus),
-    ("pow(3), then its input changed", _pow_input),
     ("no in-place change", _clean),
 ):
     _found = find_culprit(_fn, torch.randn(6, generator=_gen, requires_grad=True))
     _record[_name] = None if _found is None else list(_found)
 observe(
-    "find_culprit(fn, x) on three functions with an in-place error and one without",
+    "find_culprit(fn, x) on two functions with an in-place error and one without",
     _record,
     hint="(node after 'Error detected in', without the full stop; the last line of code of the "
     "forward traceback, stripped), or None when backward raises nothing.",
@@ -928,620 +1236,20 @@ observe(
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# Two more broken functions, and `model_step`, as a table: the node whose saved tensor was
-# overwritten, and the forward line that made it.
-
-
-# %%
-def clipped_relu(x):
-    h = torch.relu(x * 3)
-    h.clamp_(max=1.0)  # relu saved its output
-    return h.sum()
-
-
-def sine_of_changed_input(x):
-    w = x + 0
-    y = w.sin()
-    w.zero_()  # sin saved its input
-    return y.sum()
-
-
-print(f"{'function':<22} {'node':<16} forward line")
-for fn in (model_step, clipped_relu, sine_of_changed_input):
-    found = find_culprit(fn, torch.randn(4, requires_grad=True))
-    print(f"{fn.__name__:<22} {found[0]:<16} {found[1]}" if found else f"{fn.__name__:<22} -")
-
-
-# %% [markdown]
-# ## 5. `torch.func`: gradients as functions
-#
-# `torch.func` (once the separate library *functorch*) treats differentiation as an operation
-# on **functions**: `torch.func.grad(f)` is a new function that returns the gradient of `f`
-# with respect to its first argument. No `.grad`, no `requires_grad`, no `backward()`: the
-# function is traced as it runs, like everything else in PyTorch, and nothing is left behind.
-
-
-# %%
-def f(x):
-    return (x.sin() * x).sum()
-
-
-x = torch.tensor([0.5, 1.0, 2.0])
-df = torch.func.grad(f)
-print("torch.func.grad(f)(x):        ", df(x))
-xr = x.clone().requires_grad_()
-f(xr).backward()
-print("autograd, backward(), .grad:  ", xr.grad)
-print("by hand, sin(x) + x cos(x):   ", x.sin() + x * x.cos())
-
-# %% [markdown]
-# The point of gradients as functions is that they compose with other transforms. The most
-# useful is `torch.func.vmap(g)`: a function that runs `g` on every slice of a batch along a
-# dimension, as **one batched computation** rather than a Python loop. Composed with `grad`, it
-# gives the gradient of each sample's loss separately: **per-sample gradients**, which
-# differential privacy and some optimizers need, and which `backward()` cannot give you (it sums
-# over the batch, as lab 3 showed).
-#
-# The model is a two-layer network written as a plain function of a dict of parameters, which
-# is the form `torch.func` wants (for an `nn.Module`, `torch.func.functional_call(model, params,
-# (x,))` does the same).
-
-
-# %% nbgrader={"locked": true, "grade_id": "mlp"}
-def mlp(params, x):
-    """A two-layer network as a function of its parameters: x (batch, d_in) -> (batch, d_out)."""
-    h = torch.tanh(x @ params["W1"].T + params["b1"])
-    return h @ params["W2"].T + params["b2"]
-
-
-def make_params(d_in, hidden, d_out, generator, dtype=torch.float32):
-    """Random parameters for mlp, from a torch.Generator."""
-    shapes = {"W1": (hidden, d_in), "b1": (hidden,), "W2": (d_out, hidden), "b2": (d_out,)}
-    return {
-        name: torch.randn(shape, generator=generator, dtype=dtype) / shape[-1] ** 0.5
-        for name, shape in shapes.items()
-    }
-
-
-# %% [markdown]
-# ### Exercise 5 (2 points): per-sample gradients
-#
-# Write `per_sample_grads(params, xs, ys)` for `mlp`. Sample `i`'s loss is
-# `F.cross_entropy(mlp(params, xs[i:i+1]), ys[i:i+1])`. Return a dict with the keys of
-# `params`; under each key, a tensor of shape `(N, *params[key].shape)` whose entry `i` is the
-# gradient of sample `i`'s loss with respect to that parameter.
-#
-# Use `torch.func`: a function `loss_one(params, x, y)` of **one** sample (inside `vmap` it
-# sees `x` of shape `(d_in,)`: `x.unsqueeze(0)` makes a batch of one), its gradient
-# `torch.func.grad(loss_one)` (with respect to the first argument, the dict), and `vmap` over
-# the samples only: `in_dims=(None, 0, 0)` (the parameters are shared, not batched).
-
-
-# %% nbgrader={"solution": true, "grade_id": "per_sample_grads"}
-def per_sample_grads(params, xs, ys):
-    ### BEGIN SOLUTION
-    def loss_one(p, x, y):
-        return F.cross_entropy(mlp(p, x.unsqueeze(0)), y.unsqueeze(0))
-
-    return torch.func.vmap(torch.func.grad(loss_one), in_dims=(None, 0, 0))(params, xs, ys)
-    ### END SOLUTION
-
-
-# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_per_sample_grads"}
-_params = make_params(3, 5, 4, torch.Generator().manual_seed(13), dtype=torch.float64)
-_xs = torch.randn(6, 3, dtype=torch.float64)
-_ys = torch.randint(0, 4, (6,))
-_got = per_sample_grads(_params, _xs, _ys)
-check(
-    isinstance(_got, dict) and set(_got) == set(_params),
-    f"per_sample_grads should return a dict with the keys {sorted(_params)}.",
-)
-for _name, _p in _params.items():
-    check(
-        isinstance(_got[_name], torch.Tensor) and tuple(_got[_name].shape) == (6, *_p.shape),
-        f"{_name}: expected shape {(6, *_p.shape)} (one gradient per sample), got "
-        f"{tuple(getattr(_got[_name], 'shape', ()))}. A gradient of the whole batch's loss has no "
-        "sample dimension: vmap the gradient of a one-sample loss over the samples.",
-    )
-# The same with a Python loop: one backward pass per sample.
-_leaves = {k: v.clone().requires_grad_() for k, v in _params.items()}
-_loop = {k: [] for k in _params}
-for _i in range(6):
-    _loss = F.cross_entropy(mlp(_leaves, _xs[_i : _i + 1]), _ys[_i : _i + 1])
-    for _k, _g in zip(_leaves, torch.autograd.grad(_loss, list(_leaves.values())), strict=True):
-        _loop[_k].append(_g)
-_loop = {k: torch.stack(v) for k, v in _loop.items()}
-_ratio = (_got["W2"].norm() / _loop["W2"].norm()).item()
-check(
-    abs(_ratio * 6 - 1) > 1e-6,
-    "your gradients are 1/6 of the loop's: each sample's loss is its own cross-entropy, not "
-    "divided by the number of samples.",
-)
-for _name in _params:
-    check(
-        torch.allclose(_got[_name], _loop[_name], atol=1e-10),
-        f"{_name}: your per-sample gradients differ from a loop of one backward pass per sample "
-        f"(ratio of norms for W2: {_ratio:.4f}). Entry i must be sample i's gradient alone.",
-    )
-### BEGIN HIDDEN TESTS
-from grader_observe import observe
-
-_gen = torch.Generator().manual_seed(95)
-for _n, (_d_in, _hidden, _d_out) in ((1, (2, 3, 2)), (5, (4, 7, 3)), (9, (6, 2, 5))):
-    _params = make_params(_d_in, _hidden, _d_out, _gen, dtype=torch.float64)
-    _xs = torch.randn(_n, _d_in, dtype=torch.float64, generator=_gen)
-    _ys = torch.randint(0, _d_out, (_n,), generator=_gen)
-    _got = per_sample_grads(_params, _xs, _ys)
-    observe(
-        f"per_sample_grads(params, xs, ys) for {_n} samples, mlp {_d_in}-{_hidden}-{_d_out} in float64",
-        {_k: _got[_k] for _k in sorted(_params)},
-        rtol=1e-7,
-        atol=1e-10,
-        hint="one gradient per sample, of that sample's own cross-entropy: vmap(grad(loss_one), "
-        "in_dims=(None, 0, 0)) with loss_one on a batch of one.",
-    )
-### END HIDDEN TESTS
-
-# %% [markdown]
-# How much does the batched version save? The time of the loop (one backward pass per sample)
-# and of `vmap(grad(...))`, for a growing number of samples:
-
-# %%
-gen = torch.Generator().manual_seed(4)
-params = make_params(20, 64, 10, gen)
-sizes = [8, 32, 128] if GRADING else [8, 32, 128, 512]
-loop_ms, vmap_ms = [], []
-for n in sizes:
-    xs = torch.randn(n, 20, generator=gen)
-    ys = torch.randint(0, 10, (n,), generator=gen)
-    leaves = {k: v.clone().requires_grad_() for k, v in params.items()}
-    start = time.perf_counter()
-    for i in range(n):
-        loss = F.cross_entropy(mlp(leaves, xs[i : i + 1]), ys[i : i + 1])
-        torch.autograd.grad(loss, list(leaves.values()))
-    loop_ms.append(1000 * (time.perf_counter() - start))
-    start = time.perf_counter()
-    per_sample_grads(params, xs, ys)
-    vmap_ms.append(1000 * (time.perf_counter() - start))
-print("samples  loop ms  vmap ms")
-for n, lt, vt in zip(sizes, loop_ms, vmap_ms, strict=True):
-    print(f"{n:7d}  {lt:7.1f}  {vt:7.1f}")
-fig, ax = plt.subplots(figsize=(6, 3.2))
-ax.loglog(sizes, loop_ms, "o-", label="Python loop of backward passes")
-ax.loglog(sizes, vmap_ms, "s-", label="vmap(grad(loss_one))")
-ax.set_xlabel("number of samples")
-ax.set_ylabel("ms")
-ax.legend()
-plt.show()
-
-# %% [markdown]
-# ### `vmap` and a Python `if`
-#
-# `vmap` runs your function **once**, on a tensor that stands for the whole batch. That is why
-# it is fast, and it is also its limit. A dynamic graph in the sense of this course, a Python
-# `if` on a value the data decides, asks a question that has one answer per sample; the one
-# Python run of the function can take only one branch. So `vmap` refuses, rather than guess:
-
-
-# %%
-def flip_if_negative(x):
-    if x.sum() > 0:
-        return x * 2
-    return -x
-
-
-batch = torch.tensor([[1.0, 2.0], [-3.0, 1.0], [0.5, -0.1]])
-try:
-    torch.func.vmap(flip_if_negative)(batch)
-except RuntimeError as error:
-    print("RuntimeError:", str(error).split(" We don't")[0][:160])
-print("sample by sample:", torch.stack([flip_if_negative(row) for row in batch]))
-
-# %% [markdown]
-# The cure is to compute both branches and pick per sample, with `torch.where`: a tensor
-# operation, which `vmap` knows how to batch. (`torch.cond(pred, true_fn, false_fn, operands)`,
-# lab 8's choice for the compiler, also works under `vmap`, which turns it into a `where` of
-# both branches as well.) The price is that both branches are computed for every sample.
-
-
-# %%
-def flip_if_negative_where(x):
-    return torch.where(x.sum() > 0, x * 2, -x)
-
-
-print("vmap with torch.where:", torch.func.vmap(flip_if_negative_where)(batch))
-
-# %% [markdown]
-# ## 6. Differentiating a gradient: `create_graph=True`
-#
-# `torch.autograd.grad(out, x)` returns the gradient as a plain tensor: the backward pass is
-# not itself recorded. With `create_graph=True` it is, and the gradient becomes a tensor in a
-# graph, with a `grad_fn`, that you can differentiate again. For $f(x) = x^3$:
-
-# %%
-x = torch.tensor(2.0, requires_grad=True)
-(d1,) = torch.autograd.grad(x**3, x, create_graph=True)
-(d2,) = torch.autograd.grad(d1, x)
-print(
-    f"f'(2) = {d1.item()} (3x^2, grad_fn={type(d1.grad_fn).__name__}),  f''(2) = {d2.item()} (6x)"
-)
-
-# %% [markdown]
-# For a function of a vector, the second derivatives form the Hessian matrix $H$, which is
-# $n \times n$: too big to build for a network. But its product with a vector, $Hv$, costs a
-# small multiple of one gradient, because
-# $Hv = \nabla_x \left(\nabla_x f(x) \cdot v\right)$: take the gradient $g$ with
-# `create_graph=True`, form the scalar $g \cdot v$, and differentiate that.
-# Optimizers that use curvature, and checks of a minimum's sharpness, are built on it.
-#
-# ### Exercise 6 (2 points): a Hessian-vector product
-#
-# Write `hvp(f, x, v)` for a function `f` from a 1-d tensor to a scalar: make a leaf
-# `xl = x.detach().requires_grad_()` (so the caller's `x` is not changed), compute
-# `g = torch.autograd.grad(f(xl), xl, create_graph=True)[0]`, then the gradient of
-# `(g * v).sum()` with respect to `xl`. Return $H(x)\,v$, a tensor shaped like `x`.
-
-
-# %% nbgrader={"solution": true, "grade_id": "hvp"}
-def hvp(f, x, v):
-    ### BEGIN SOLUTION
-    xl = x.detach().requires_grad_()
-    (g,) = torch.autograd.grad(f(xl), xl, create_graph=True)
-    (hv,) = torch.autograd.grad((g * v).sum(), xl)
-    return hv
-    ### END SOLUTION
-
-
-# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_hvp"}
-torch.manual_seed(16)
-_A = torch.randn(4, 4, dtype=torch.float64)
-
-
-def _f(x):
-    return 0.5 * x @ _A @ x + (x.sin() * x.roll(1)).sum()
-
-
-_x = torch.randn(4, dtype=torch.float64)
-_v = torch.randn(4, dtype=torch.float64)
-try:
-    _hv = hvp(_f, _x, _v)
-except NotImplementedError:
-    raise
-except RuntimeError as _error:
-    _hv = None
-    check(
-        False,
-        f"hvp raised: {str(_error)[:100]}. If it says the tensor does not require grad, the "
-        "first gradient was computed without create_graph=True, so it is a constant that "
-        "cannot be differentiated again.",
-    )
-check(
-    isinstance(_hv, torch.Tensor) and _hv.shape == _x.shape,
-    "hvp should return a tensor shaped like x: the product H(x) v.",
-)
-with warnings.catch_warnings():  # torch.func's first use may warn about torch.jit
-    warnings.simplefilter("ignore", FutureWarning)
-    _H = torch.func.hessian(_f)(_x)
-    _g = torch.func.grad(_f)(_x)
-check(
-    not torch.allclose(_hv, _g),
-    "hvp returned the gradient of f, not the gradient of (g * v).sum(): differentiate a second "
-    "time.",
-)
-check(
-    not torch.allclose(_hv, (_H @ torch.ones(4, dtype=torch.float64)) * _v),
-    "hvp returned (H 1) * v: the gradient of g.sum() times v. Multiply by v before the second "
-    "gradient: differentiate (g * v).sum().",
-)
-check(
-    torch.allclose(_hv.detach(), _H @ _v, atol=1e-10),
-    "hvp(f, x, v) differs from torch.func.hessian(f)(x) @ v.",
-)
-check(
-    not _x.requires_grad and _x.grad is None,
-    "hvp changed the caller's x (it requires grad now): work on xl = x.detach().requires_grad_().",
-)
-### BEGIN HIDDEN TESTS
-from grader_observe import observe
-
-_gen = torch.Generator().manual_seed(96)
-_A = torch.randn(5, 5, dtype=torch.float64, generator=_gen)
-_M = torch.randn(3, 6, dtype=torch.float64, generator=_gen)
-_fns = {
-    "a quadratic form x A x / 2 on 5 numbers": (lambda x: 0.5 * x @ _A @ x, 5),
-    "logsumexp(M x) on 6 numbers": (lambda x: torch.logsumexp(_M @ x, 0), 6),
-    "sum(sin(x) roll(x)) + sum(x^4) / 4 on 7 numbers": (
-        lambda x: (x.sin() * x.roll(1)).sum() + (x**4).sum() / 4,
-        7,
-    ),
-}
-for _name, (_fn, _n) in _fns.items():
-    _x = torch.randn(_n, dtype=torch.float64, generator=_gen)
-    _v = torch.randn(_n, dtype=torch.float64, generator=_gen)
-    _x_before = _x.clone()
-    _hv = hvp(_fn, _x, _v)
-    observe(
-        f"hvp(f, x, v) for {_name}, random float64 x and v",
-        {
-            "H v": _hv.detach(),
-            "x requires grad after the call": _x.requires_grad,
-            "x unchanged": torch.equal(_x.detach(), _x_before),
-        },
-        rtol=1e-7,
-        atol=1e-10,
-        hint="gradient with create_graph=True, then the gradient of (g * v).sum(), on a leaf "
-        "xl = x.detach().requires_grad_().",
-    )
-### END HIDDEN TESTS
-
-# %% [markdown]
-# `torch.func` gets the same product from its transforms: `jvp(grad(f), (x,), (v,))` pushes the
-# direction `v` forward through the gradient function (forward-over-reverse, usually the
-# fastest), and `hessian(f)(x) @ v` builds the whole matrix first. Here are all three for a
-# function of 8 numbers, and its Hessian as a picture.
-
-# %%
-torch.manual_seed(6)
-A8 = torch.randn(8, 8, dtype=torch.float64)
-
-
-def f8(x):
-    return 0.5 * x @ A8 @ x + (x.sin() * x.roll(1)).sum()
-
-
-x8, v8 = torch.randn(8, dtype=torch.float64), torch.randn(8, dtype=torch.float64)
-H8 = torch.func.hessian(f8)(x8)
-ways = {
-    "double backward (yours)": hvp(f8, x8, v8),
-    "jvp(grad(f), (x,), (v,))": torch.func.jvp(torch.func.grad(f8), (x8,), (v8,))[1],
-    "hessian(f)(x) @ v": H8 @ v8,
-}
-for name, hv in ways.items():
-    print(f"{name:26}", np.array2string(hv.detach().numpy(), precision=3, suppress_small=True))
-fig, ax = plt.subplots(figsize=(4, 3.5))
-image = ax.imshow(H8.numpy(), cmap="coolwarm")
-fig.colorbar(image)
-ax.set_title("H of f at x: symmetric")
-plt.show()
-
-# %% [markdown]
-# ## 7. Your own backward: `torch.autograd.Function`
-#
-# Sometimes you know a better backward than autograd would derive: more stable, cheaper, or
-# simply different on purpose (a straight-through estimator). A subclass of
-# `torch.autograd.Function` pairs a `forward(ctx, ...)` with a `backward(ctx, grad_output)`
-# that you write; `MyFunction.apply(x)` runs it and puts one node, `MyFunctionBackward`, in the
-# graph. The forward runs with recording switched off, and it keeps what backward needs with
-# `ctx.save_for_backward(...)`; backward reads it back from `ctx.saved_tensors` and returns the
-# gradient with respect to each input, **times** `grad_output` (the chain rule: backward
-# receives $\partial L / \partial y$ and returns $\partial L / \partial x$).
-#
-# Why `save_for_backward` and not `ctx.x = x`? Tensors saved through it get what every saved
-# tensor of section 2 gets: the version counter check of lab 4, and the saved-tensor hooks (so
-# packing and checkpointing work). A tensor stuck on `ctx` as an attribute gets neither.
-#
-# The example is softplus, $\log(1 + e^x)$, a smooth ReLU. Written as it reads, it overflows:
-# in float32 $e^{89}$ is already infinite.
-
-# %%
-xs = torch.linspace(-100, 100, 401)
-naive = torch.log(1 + torch.exp(xs))
-stable = xs.clamp(min=0) + torch.log1p(torch.exp(-xs.abs()))
-print("naive softplus is infinite from x =", xs[torch.isinf(naive)][0].item())
-fig, ax = plt.subplots(figsize=(6, 3.2))
-ax.plot(xs, stable, label="max(x, 0) + log1p(exp(-|x|))", linewidth=3)
-ax.plot(xs, torch.where(torch.isinf(naive), torch.nan, naive), "--", label="log(1 + exp(x))")
-ax.set_xlabel("x")
-ax.set_ylabel("softplus(x), float32")
-ax.legend()
-plt.show()
-
-# %% [markdown]
-# The stable form uses $\log(1 + e^x) = \max(x, 0) + \log(1 + e^{-|x|})$, where the
-# exponential never exceeds 1. The derivative is the sigmoid, $\sigma(x) = 1/(1 + e^{-x})$,
-# which `torch.sigmoid` computes without overflow; $e^x / (1 + e^x)$ would give `inf / inf`,
-# which is `nan`, for large `x`.
-#
-# ### Exercise 7 (3 points): a stable softplus with its own backward
-#
-# Complete `StableSoftplus`: `forward(ctx, x)` returns the stable softplus of `x` (same shape
-# and dtype) and saves what backward needs with `ctx.save_for_backward`; `backward(ctx,
-# grad_output)` returns `grad_output` times the derivative. It must give finite values and
-# gradients for every float32 input, and pass `torch.autograd.gradcheck` in float64. (Saving
-# the output `y` instead of `x` works too: $\sigma(x) = 1 - e^{-y}$, which `-torch.expm1(-y)`
-# computes accurately.)
-
-
-# %% nbgrader={"solution": true, "grade_id": "stable_softplus"}
-class StableSoftplus(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ### BEGIN SOLUTION
-        ctx.save_for_backward(x)
-        return x.clamp(min=0) + torch.log1p(torch.exp(-x.abs()))
-        ### END SOLUTION
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        ### BEGIN SOLUTION
-        (x,) = ctx.saved_tensors
-        return grad_output * torch.sigmoid(x)
-        ### END SOLUTION
-
-
-# %% nbgrader={"grade": true, "points": 2, "grade_id": "test_stable_softplus"}
-_x = torch.tensor([-200.0, -20.0, -1.0, 0.0, 1.0, 20.0, 200.0], requires_grad=True)
-_y = StableSoftplus.apply(_x)
-check(
-    isinstance(_y, torch.Tensor) and _y.shape == _x.shape and _y.dtype == _x.dtype,
-    "StableSoftplus.apply(x) should return a tensor of x's shape and dtype.",
-)
-check(
-    bool(torch.isfinite(_y).all()),
-    f"softplus of {_x.tolist()} gave {_y.tolist()}: use max(x, 0) + log1p(exp(-|x|)), which never "
-    "overflows.",
-)
-check(
-    torch.allclose(_y, F.softplus(_x), rtol=1e-5, atol=1e-6),
-    "StableSoftplus differs from F.softplus: log(1 + e^x) = max(x, 0) + log1p(exp(-|x|)).",
-)
-_g = torch.arange(1.0, 8.0)
-_y.backward(_g)
-check(
-    _x.grad is not None and bool(torch.isfinite(_x.grad).all()),
-    f"the gradients are {_x.grad}: not all finite. exp(x) / (1 + exp(x)) is inf / inf = nan for "
-    "large x; torch.sigmoid(x) is the same function without overflow.",
-)
-check(
-    not torch.allclose(_x.grad, torch.sigmoid(_x.detach())),
-    "backward returned the derivative alone: multiply it by grad_output (the chain rule).",
-)
-check(
-    torch.allclose(_x.grad, _g * torch.sigmoid(_x.detach()), rtol=1e-5, atol=1e-6),
-    "backward should return grad_output * sigmoid(x).",
-)
-_x64 = torch.randn(6, dtype=torch.float64, requires_grad=True)
-check(
-    torch.autograd.gradcheck(StableSoftplus.apply, (_x64,), raise_exception=False),
-    "gradcheck (float64, finite differences) disagrees with your backward.",
-)
-### BEGIN HIDDEN TESTS
-from grader_observe import observe
-
-_gen = torch.Generator().manual_seed(97)
-for _dtype, _scale in ((torch.float32, 5.0), (torch.float32, 150.0), (torch.float64, 800.0)):
-    _x = (torch.randn(3, 4, generator=_gen) * _scale).to(_dtype).requires_grad_()
-    _g = torch.randn(3, 4, generator=_gen).to(_dtype)
-    _y = StableSoftplus.apply(_x)
-    _y.backward(_g)
-    observe(
-        f"StableSoftplus on a random {str(_dtype)[6:]} 3x4 input of scale {_scale:g}, backward "
-        "with a random grad_output",
-        {"output": _y.detach(), "dtype": str(_y.dtype), "x.grad": _x.grad},
-        rtol=1e-5,
-        atol=1e-6,
-        hint="max(x, 0) + log1p(exp(-|x|)) forward; backward grad_output * sigmoid(x), both "
-        "finite for large |x|.",
-    )
-_x64 = torch.randn(2, 5, dtype=torch.float64, generator=_gen, requires_grad=True)
-observe(
-    "torch.autograd.gradcheck(StableSoftplus.apply, (x,)) on a random float64 2x5 input",
-    {
-        "passes": torch.autograd.gradcheck(StableSoftplus.apply, (_x64,), raise_exception=False),
-        "output": StableSoftplus.apply(_x64).detach(),
-    },
-    hint="the backward must be grad_output times the derivative of the forward.",
-)
-### END HIDDEN TESTS
-
-# %% [markdown]
-# One more check on the same exercise: is what backward needs kept through
-# `ctx.save_for_backward`? The check packs each saved tensor as a **copy** (a pack hook of
-# section 2), then changes `x` in place before backward. A tensor saved through
-# `save_for_backward` was copied, so backward still sees the old values; a tensor kept as
-# `ctx.x` is the changed one, and the gradient comes out wrong, without any error.
-
-# %% nbgrader={"grade": true, "points": 1, "grade_id": "test_softplus_saves"}
-_base = torch.tensor([-2.0, -0.5, 0.0, 1.5, 3.0], dtype=torch.float64, requires_grad=True)
-_x = _base * 1.0  # not a leaf, so it may be changed in place
-_packed = []
-with torch.autograd.graph.saved_tensors_hooks(
-    lambda t: _packed.append(1) or t.clone(), lambda t: t
-):
-    _y = StableSoftplus.apply(_x)
-check(
-    len(_packed) >= 1,
-    "StableSoftplus saved nothing through ctx.save_for_backward: the saved-tensor hooks never "
-    "saw a tensor. Keep what backward needs with ctx.save_for_backward(...), not as ctx.x.",
-)
-with torch.no_grad():
-    _x.add_(10.0)
-_y.backward(torch.ones(5, dtype=torch.float64))
-check(
-    torch.allclose(_base.grad, torch.sigmoid(_base.detach()), atol=1e-10),
-    "after x was changed in place, backward used the changed values: it read a tensor kept "
-    "outside ctx.save_for_backward (the saved copy was ignored).",
-)
-### BEGIN HIDDEN TESTS
-from grader_observe import observe
-
-
-def _apply_with_copies(x):
-    """StableSoftplus.apply(x), every saved tensor packed as a copy; and how many were."""
-    _packed = []
-    with torch.autograd.graph.saved_tensors_hooks(
-        lambda t: _packed.append(1) or t.clone(), lambda t: t
-    ):
-        return StableSoftplus.apply(x), _packed
-
-
-_gen = torch.Generator().manual_seed(98)
-for _case in (1, 2):
-    _base = torch.randn(2, 3, dtype=torch.float64, generator=_gen, requires_grad=True)
-    _x = _base * 1.0
-    _y, _packed = _apply_with_copies(_x)
-    with torch.no_grad():
-        _x.mul_(-3.0)
-    _y.sum().backward()  # grad_output of ones: this check is about what was saved
-    observe(
-        f"StableSoftplus with saved tensors packed as copies, x changed in place before "
-        f"backward of the sum (case {_case} of 2)",
-        {"saved through save_for_backward": len(_packed) >= 1, "gradient": _base.grad},
-        atol=1e-10,
-        hint="keep what backward needs with ctx.save_for_backward and read it from "
-        "ctx.saved_tensors.",
-    )
-### END HIDDEN TESTS
-
-# %% [markdown]
-# Your function next to PyTorch's own softplus: values, gradients, and the result of
-# `gradcheck` on a few random float64 inputs.
-
-# %%
-xs = torch.linspace(-30, 30, 7, requires_grad=True)
-mine = StableSoftplus.apply(xs)
-(mine_grad,) = torch.autograd.grad(mine.sum(), xs)
-xt = xs.detach().clone().requires_grad_()
-theirs = F.softplus(xt)
-(theirs_grad,) = torch.autograd.grad(theirs.sum(), xt)
-print("     x   StableSoftplus   F.softplus    your grad  their grad")
-for row in zip(
-    xs.tolist(),
-    mine.tolist(),
-    theirs.tolist(),
-    mine_grad.tolist(),
-    theirs_grad.tolist(),
-    strict=True,
-):
-    print("{:6.1f}  {:15.6g}  {:11.6g}  {:11.6g}  {:10.6g}".format(*row))
-gen = torch.Generator().manual_seed(7)
-passed = [
-    torch.autograd.gradcheck(
-        StableSoftplus.apply,
-        (torch.randn(5, dtype=torch.float64, generator=gen).mul(4).requires_grad_(),),
-        raise_exception=False,
-    )
-    for _ in range(5)
-]
-print("gradcheck on 5 random float64 inputs:", passed)
-
-# %% [markdown]
 # ## What you have seen
 #
-# * A hook on a tensor sees the gradient with respect to that tensor, once it is complete: on
-#   a shared leaf, the sum over its uses; on a per-use view, that use's share. Hooks fire in
-#   backward order. Module hooks fire once per call, and stay until you remove them.
-# * `saved_tensors_hooks` shows every tensor the graph keeps for backward, and lets you store it
-#   differently. A dynamic graph keeps memory in proportion to the path the forward pass took:
-#   for `DynamicNet`, one activation per use of the middle layer, and more.
-# * Checkpointing keeps only each segment's input and recomputes the rest in backward: less
-#   memory, more time. The recomputation runs the function again, so give it its input as an
-#   argument.
+# * A hook on a tensor sees the gradient with respect to it, once complete: on a shared leaf,
+#   the sum over its uses; on a per-use view, that use's share. Module hooks fire once per
+#   call, give per-sample gradients from one backward pass, and stay until removed.
+# * `saved_tensors_hooks` shows what a graph keeps for backward (Python numbers stay out of
+#   it); a dynamic graph keeps memory in proportion to the path its forward pass took. A
+#   tensor saved while such a hook is active skips lab 4's version check.
+# * A custom `autograd.Function`: `forward`, `setup_context` saving through
+#   `ctx.save_for_backward`, and a `backward` that returns a vector-Jacobian product per input;
+#   `gradcheck` and `gradgradcheck` in float64 test it.
+# * In a chain of layers, checkpointing each layer on its own saves nothing; about the square
+#   root of the depth in segments saves the most, for one extra forward pass.
 # * `detect_anomaly()` turns a backward error into a forward line, through a warning.
-# * `torch.func.grad` and `vmap` compose: per-sample gradients in one batched computation. A
-#   Python `if` on a batched value has no single answer, so `vmap` refuses it; `torch.where`
-#   (or `torch.cond`) computes both branches and picks per sample.
-# * `create_graph=True` records the backward pass, so a gradient can be differentiated again:
-#   $Hv$ for the price of two backward passes.
-# * A custom `autograd.Function` writes its own backward, times `grad_output`, with what it
-#   saved through `ctx.save_for_backward`; `gradcheck` in float64 tests it.
+#
+# Lab 10 goes on with forward-mode differentiation and `torch.func`: gradients as functions,
+# per-sample gradients with `vmap`, and Hessian-vector products.
