@@ -382,6 +382,32 @@ def test_vmap_runs_python_once_so_one_depth_per_call():
     assert torch.allclose(out[:, 0], same, atol=1e-6)
 
 
+@claim(LAB, "`torch.func` needs no `requires_grad`, and it never writes into a parameter's `.grad`")
+def test_func_grad_never_writes_grad():
+    model = DynamicNet(3, 4, 2, seed=0)
+    x, y = torch.randn(2, 3), torch.tensor([1, 0])
+
+    def loss(p):
+        return F.nll_loss(torch.func.functional_call(model, p, (x,), {"depth": 1}), y)
+
+    for params in (
+        dict(model.named_parameters()),  # parameters that require grad
+        {n: p.detach() for n, p in model.named_parameters()},  # plain tensors
+    ):
+        g = torch.func.grad(loss)(params)
+        assert g["output_linear.bias"].abs().sum() > 0
+        assert all(p.grad is None for p in model.parameters())
+    plain = {n: p.detach() for n, p in model.named_parameters()}
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(
+            torch.func.grad(loss)(plain).values(),
+            torch.func.grad(loss)(dict(model.named_parameters())).values(),
+            strict=True,
+        )
+    )
+
+
 @claim(LAB, "(zeros for a parameter that this depth does not use)")
 def test_func_grad_gives_zeros_for_an_unused_parameter():
     model = DynamicNet(3, 4, 2, seed=0)
@@ -393,7 +419,7 @@ def test_func_grad_gives_zeros_for_an_unused_parameter():
 
     g = torch.func.grad(loss)(params)
     assert torch.equal(g["middle_linear.weight"], torch.zeros(4, 4))
-    assert g["input_linear.weight"].abs().sum() > 0
+    assert g["output_linear.bias"].abs().sum() > 0  # softmax minus one-hot: never zero
     # autograd.grad, by contrast, answers None for it
     grads = torch.autograd.grad(
         loss(dict(model.named_parameters())), list(model.parameters()), allow_unused=True
@@ -438,7 +464,9 @@ def test_without_create_graph_the_second_grad_raises():
     (
         "So push the tangent $v$ **forward** through a reverse-mode gradient: "
         "`torch.func.jvp(torch.func.grad(f), (x,), (v,))`. This is **forward over reverse**. It "
-        "needs no `create_graph`"
+        "needs no `create_graph`: the tangent `v` rides along through the forward and backward "
+        "passes of `grad(f)` as they run, instead of a second backward pass over a recorded "
+        "backward graph"
     ),
 )
 def test_forward_over_reverse_is_hv():
@@ -659,3 +687,19 @@ def test_the_lab_filters_that_warning_only():
         )
         warnings.warn("something else", FutureWarning, stacklevel=1)
     assert [str(w.message) for w in caught] == ["something else"]
+
+
+@claim(LAB, "parameters are shared by all samples: in_dims=(None, 0, 0).")
+def test_vmapping_the_parameters_too_is_a_size_error():
+    model = DynamicNet(3, 5, 4, seed=0)
+    params = {n: p.detach() for n, p in model.named_parameters()}
+    xs, ys = torch.randn(6, 3), torch.randint(0, 4, (6,))
+
+    def loss_one(p, x, y):
+        out = torch.func.functional_call(model, p, (x.unsqueeze(0),), {"depth": 1})
+        return F.nll_loss(out, y.unsqueeze(0))
+
+    with pytest.raises(ValueError, match="same size in the mapped dimension"):
+        torch.func.vmap(torch.func.grad(loss_one))(params, xs, ys)
+    shared = torch.func.vmap(torch.func.grad(loss_one), in_dims=(None, 0, 0))(params, xs, ys)
+    assert shared["input_linear.weight"].shape == (6, 5, 3)
