@@ -363,7 +363,9 @@ def test_functional_call_swaps_the_parameters():
 @claim(
     LAB,
     (
-        "So a `DynamicNet` that draws its own depth draws it once per `vmap` call, and every "
+        "`vmap` runs the Python code of the function **once**, on tensors that stand for the "
+        "whole batch. So a `DynamicNet` that draws its own depth draws it once per `vmap` call, "
+        "and every "
         "sample of the batch gets the same depth"
     ),
 )
