@@ -1,0 +1,707 @@
+"""Claims of lab 10 (forward mode and torch.func), each checked on the installed torch."""
+
+from __future__ import annotations
+
+import inspect
+import random
+import warnings
+
+import pytest
+import torch
+import torch.autograd.forward_ad as fwAD
+import torch.autograd.functional as AF
+import torch.func
+import torch.nn.functional as F
+from claims import claim
+from torch import nn
+
+LAB = "lab10_forward_func"
+
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+class DynamicNet(nn.Module):
+    """The course's DynamicNet, as the lab shows it."""
+
+    def __init__(self, d_in=784, hidden=100, d_out=10, max_depth=3, seed=None):
+        super().__init__()
+        self.input_linear = nn.Linear(d_in, hidden)
+        self.middle_linear = nn.Linear(hidden, hidden)
+        self.output_linear = nn.Linear(hidden, d_out)
+        self.max_depth = max_depth
+        self.rng = random.Random(seed)
+        self.last_depth = None
+
+    def forward(self, x, depth=None):
+        if depth is None:
+            depth = self.rng.randint(0, self.max_depth)
+        self.last_depth = depth
+        h = F.relu(self.input_linear(x.flatten(1)))
+        for _ in range(depth):
+            h = F.relu(self.middle_linear(h))
+        return F.log_softmax(self.output_linear(h), dim=1)
+
+
+def softsign_function(*, save_backward=True, save_forward=True, jvp=True, vmap_rule=True):
+    """A softsign Function in setup_context style, with the pieces asked for."""
+
+    class Softsign(torch.autograd.Function):
+        generate_vmap_rule = vmap_rule
+
+        @staticmethod
+        def forward(x):
+            return x / (1 + x.abs())
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            (x,) = inputs
+            if save_backward:
+                ctx.save_for_backward(x)
+            if save_forward:
+                ctx.save_for_forward(x)
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            (x,) = ctx.saved_tensors
+            return grad_output / (1 + x.abs()) ** 2
+
+    if jvp:
+
+        def _jvp(ctx, x_tangent):
+            (x,) = ctx.saved_tensors
+            return x_tangent / (1 + x.abs()) ** 2
+
+        Softsign.jvp = staticmethod(_jvp)
+    return Softsign
+
+
+class DoubleOldStyle(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return 2 * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return 2 * grad_output
+
+
+X = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)
+V = torch.tensor([1.0, 0.5, -2.0], dtype=torch.float64)
+
+
+# ---------------------------------------------------------------- 1. dual numbers
+
+
+@claim(
+    LAB, "`fwAD.make_dual(x, v)` makes a dual tensor with primal `x` and tangent `v` (same shape)"
+)
+def test_make_dual_pairs_a_primal_with_a_tangent_of_its_shape():
+    with fwAD.dual_level():
+        primal, tangent = fwAD.unpack_dual(fwAD.make_dual(X, V))
+        assert torch.equal(primal, X) and torch.equal(tangent, V)
+        with pytest.raises(RuntimeError, match="different size"):
+            fwAD.make_dual(X, torch.ones(2, dtype=torch.float64))
+
+
+@claim(LAB, "`with fwAD.dual_level():` opens a region where dual tensors exist")
+def test_dual_tensors_need_a_level():
+    with pytest.raises(RuntimeError, match="no level exists"):
+        fwAD.make_dual(X, V)
+
+
+@claim(LAB, "every operation on a dual tensor computes its output's tangent as well")
+def test_every_operation_carries_the_tangent():
+    with fwAD.dual_level():
+        d = fwAD.make_dual(X, V)
+        y = (d.sin() * d).exp() @ torch.arange(3.0, dtype=torch.float64) + d.tanh().sum()
+        tangent = fwAD.unpack_dual(y).tangent
+    want = torch.func.jvp(
+        lambda t: (t.sin() * t).exp() @ torch.arange(3.0, dtype=torch.float64) + t.tanh().sum(),
+        (X,),
+        (V,),
+    )[1]
+    assert torch.allclose(tangent, want)
+
+
+@claim(LAB, "`fwAD.unpack_dual(y)` returns a named tuple `(primal, tangent)`")
+def test_unpack_dual_is_a_named_tuple():
+    with fwAD.dual_level():
+        out = fwAD.unpack_dual(fwAD.make_dual(X, V).sin())
+    assert isinstance(out, tuple) and out._fields == ("primal", "tangent")
+    assert torch.allclose(out.tangent, X.cos() * V)
+
+
+@claim(LAB, "computed during the forward pass, without any graph: `y` does not require grad")
+def test_forward_mode_records_no_graph():
+    with fwAD.dual_level():
+        y = fwAD.make_dual(X, V).sin() * 2
+        assert not y.requires_grad and y.grad_fn is None
+        assert fwAD.unpack_dual(y).tangent is not None
+
+
+@claim(LAB, "A tensor computed from plain tensors only has no tangent (`None`)")
+def test_plain_tensors_have_no_tangent():
+    with fwAD.dual_level():
+        fwAD.make_dual(X, V)  # a dual tensor exists, but x.sin() does not use it
+        assert fwAD.unpack_dual(X.sin()).tangent is None
+
+
+@claim(LAB, "once the `with` block ends, `unpack_dual` finds none, so read them inside")
+def test_tangents_are_gone_after_the_level():
+    with fwAD.dual_level():
+        y = fwAD.make_dual(X, V).sin()
+        inside = fwAD.unpack_dual(y).tangent
+    assert inside is not None
+    assert fwAD.unpack_dual(y).tangent is None
+    assert torch.allclose(inside, X.cos() * V)  # read inside, it stays a tensor afterwards
+
+
+# ---------------------------------------------------------------- 2. jvp and vjp
+
+
+def _f(x):
+    return torch.stack([x[0] * x[1], x[1].sin() + x[2] ** 2])
+
+
+@claim(LAB, "`y.backward(gradient=u)` computed $u^\\top J$, a **vector-Jacobian product**")
+def test_backward_with_a_gradient_is_a_vjp():
+    x = X.clone().requires_grad_()
+    u = torch.tensor([2.0, -1.0], dtype=torch.float64)
+    _f(x).backward(gradient=u)
+    assert torch.allclose(x.grad, u @ torch.func.jacrev(_f)(X))
+
+
+@claim(LAB, "`torch.func.jvp(f, (x,), (v,))` returns `(f(x), J v)`: what you just built with dual")
+def test_func_jvp_returns_the_output_and_jv_as_dual_numbers_do():
+    out, jv = torch.func.jvp(_f, (X,), (V,))
+    assert torch.allclose(out, _f(X))
+    assert torch.allclose(jv, torch.func.jacrev(_f)(X) @ V)
+    with fwAD.dual_level():
+        assert torch.allclose(fwAD.unpack_dual(_f(fwAD.make_dual(X, V))).tangent, jv)
+
+
+@claim(LAB, "`vjp_fn(u)` returns the tuple `(u^T J,)`, one entry per input of `f`")
+def test_vjp_fn_returns_one_entry_per_input():
+    out, vjp_fn = torch.func.vjp(lambda a, b: a * b.sum(), X, V)
+    grads = vjp_fn(torch.ones(3, dtype=torch.float64))
+    assert isinstance(grads, tuple) and len(grads) == 2
+    assert torch.allclose(grads[0], V.sum().expand(3)) and torch.allclose(
+        grads[1], X.sum().expand(3)
+    )
+
+
+@claim(LAB, "The forward pass runs once; `vjp_fn` can be called for many `u`.")
+def test_vjp_runs_the_forward_once():
+    calls = []
+
+    def f(x):
+        calls.append(1)
+        return _f(x)
+
+    _, vjp_fn = torch.func.vjp(f, X)
+    rows = [vjp_fn(u)[0] for u in torch.eye(2, dtype=torch.float64)]
+    assert len(calls) == 1
+    assert torch.allclose(torch.stack(rows), torch.func.jacrev(_f)(X))
+
+
+@claim(
+    LAB, "So reverse mode gives one row of the Jacobian per backward pass, forward mode one column"
+)
+def test_a_row_per_backward_a_column_per_forward():
+    J = torch.func.jacrev(_f)(X)
+    for i, u in enumerate(torch.eye(2, dtype=torch.float64)):
+        x = X.clone().requires_grad_()
+        _f(x).backward(gradient=u)
+        assert torch.allclose(x.grad, J[i])
+    for j, e in enumerate(torch.eye(3, dtype=torch.float64)):
+        assert torch.allclose(torch.func.jvp(_f, (X,), (e,))[1], J[:, j])
+
+
+@claim(
+    LAB,
+    (
+        'its `jvp` gets $Jv$ from two reverse passes, "the double backwards trick" in its '
+        "documentation, where `torch.func.jvp` uses forward mode"
+    ),
+)
+def test_autograd_functional_jvp_uses_backward_and_func_jvp_forward_mode():
+    assert "double backwards trick" in AF.jvp.__doc__
+
+    class OnlyJvp(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return 2 * x
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def jvp(ctx, t):
+            return 2 * t
+
+    assert torch.allclose(torch.func.jvp(OnlyJvp.apply, (X,), (V,))[1], 2 * V)
+    with pytest.raises(NotImplementedError):  # the reverse passes need a backward
+        AF.jvp(OnlyJvp.apply, X, V)
+    assert torch.allclose(
+        AF.vjp(_f, X, torch.ones(2, dtype=torch.float64))[1], torch.func.jacrev(_f)(X).sum(0)
+    )
+
+
+# ---------------------------------------------------------------- 3. jacfwd and jacrev
+
+
+@claim(
+    LAB,
+    (
+        "`torch.func.jacfwd(f)` is your function done in one batch: it `vmap`s `jvp` over the $n$ "
+        "basis vectors of the input."
+    ),
+)
+def test_jacfwd_is_forward_mode_in_one_batch():
+    calls = []
+
+    def f(x):
+        calls.append(1)
+        return _f(x)
+
+    J = torch.func.jacfwd(f)(X)
+    assert len(calls) == 1  # one batched run, not one per column
+    assert torch.allclose(
+        J,
+        torch.stack(
+            [torch.func.jvp(_f, (X,), (e,))[1] for e in torch.eye(3, dtype=torch.float64)], 1
+        ),
+    )
+    no_jvp = softsign_function(jvp=False)
+    with pytest.raises(
+        NotImplementedError, match="jvp function"
+    ):  # forward mode, so it needs a jvp
+        torch.func.jacfwd(no_jvp.apply)(X)
+
+
+@claim(
+    LAB,
+    (
+        "`torch.func.jacrev(f)` runs the forward pass once and `vmap`s `vjp_fn` over the $m$ "
+        "basis vectors of the output. Both give the same matrix"
+    ),
+)
+def test_jacrev_runs_forward_once_and_matches_jacfwd():
+    calls = []
+
+    def f(x):
+        calls.append(1)
+        return _f(x)
+
+    J = torch.func.jacrev(f)(X)
+    assert len(calls) == 1
+    assert torch.allclose(J, torch.func.jacfwd(_f)(X))
+    no_jvp = softsign_function(jvp=False)  # reverse mode: needs backward only
+    assert torch.allclose(torch.func.jacrev(no_jvp.apply)(X), torch.diag(1 / (1 + X.abs()) ** 2))
+
+
+# ---------------------------------------------------------------- 4. grad, vmap, functional_call
+
+
+@claim(
+    LAB,
+    (
+        "no `.grad`, no `requires_grad`, no `backward()`, and nothing left behind. Its first "
+        "argument may be a dict of tensors; the gradient is then a dict with the same keys."
+    ),
+)
+def test_func_grad_leaves_nothing_and_takes_dicts():
+    x = X.clone()
+    g = torch.func.grad(lambda t: (t**3).sum())(x)
+    assert torch.allclose(g, 3 * X**2)
+    assert not x.requires_grad and x.grad is None and not g.requires_grad
+    params = {"a": X.clone(), "b": V.clone()}
+    gd = torch.func.grad(lambda p: (p["a"] * p["b"]).sum())(params)
+    assert set(gd) == {"a", "b"} and torch.allclose(gd["a"], V) and torch.allclose(gd["b"], X)
+
+
+@claim(
+    LAB,
+    (
+        "(`in_dims` says which dimension of each argument is the batch, `None` for an argument "
+        "shared by all)"
+    ),
+)
+def test_vmap_in_dims_none_shares_an_argument():
+    W = torch.randn(4, 3, dtype=torch.float64)
+    xs = torch.randn(5, 3, dtype=torch.float64)
+    out = torch.func.vmap(lambda w, x: w @ x, in_dims=(None, 0))(W, xs)
+    assert torch.allclose(out, xs @ W.T)
+    xs_t = xs.T.contiguous()  # batch along dim 1
+    assert torch.allclose(torch.func.vmap(lambda w, x: w @ x, in_dims=(None, 1))(W, xs_t), xs @ W.T)
+
+
+@claim(
+    LAB,
+    (
+        "runs `model.forward(*args, **kwargs)` with the tensors of the dict `params` (keys as in "
+        "`model.named_parameters()`) in place of the model's own"
+    ),
+)
+def test_functional_call_swaps_the_parameters():
+    torch.manual_seed(0)
+    model = DynamicNet(4, 5, 3, seed=0)
+    other = DynamicNet(4, 5, 3, seed=0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    params = dict(other.named_parameters())
+    x = torch.randn(2, 4)
+    out = torch.func.functional_call(model, params, (x,), {"depth": 2})
+    assert torch.allclose(out, other(x, depth=2))
+    assert not torch.allclose(out, model(x, depth=2))
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+@claim(
+    LAB,
+    (
+        "`vmap` runs the Python code of the function **once**, on tensors that stand for the "
+        "whole batch. So a `DynamicNet` that draws its own depth draws it once per `vmap` call, "
+        "and every "
+        "sample of the batch gets the same depth"
+    ),
+)
+def test_vmap_runs_python_once_so_one_depth_per_call():
+    model = DynamicNet(5, 8, 3, seed=1)
+    draws = []
+    draw = model.rng.randint
+    model.rng.randint = lambda a, b: draws.append(draw(a, b)) or draws[-1]
+    params = {n: p.detach() for n, p in model.named_parameters()}
+    xs = torch.randn(6, 5)
+    out = torch.func.vmap(
+        lambda p, x: torch.func.functional_call(model, p, (x[None],)), in_dims=(None, 0)
+    )(params, xs)
+    assert len(draws) == 1
+    same = model(xs, depth=draws[0])  # every sample at the one depth drawn
+    assert torch.allclose(out[:, 0], same, atol=1e-6)
+
+
+@claim(LAB, "`torch.func` needs no `requires_grad`, and it never writes into a parameter's `.grad`")
+def test_func_grad_never_writes_grad():
+    model = DynamicNet(3, 4, 2, seed=0)
+    x, y = torch.randn(2, 3), torch.tensor([1, 0])
+
+    def loss(p):
+        return F.nll_loss(torch.func.functional_call(model, p, (x,), {"depth": 1}), y)
+
+    for params in (
+        dict(model.named_parameters()),  # parameters that require grad
+        {n: p.detach() for n, p in model.named_parameters()},  # plain tensors
+    ):
+        g = torch.func.grad(loss)(params)
+        assert g["output_linear.bias"].abs().sum() > 0
+        assert all(p.grad is None for p in model.parameters())
+    plain = {n: p.detach() for n, p in model.named_parameters()}
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(
+            torch.func.grad(loss)(plain).values(),
+            torch.func.grad(loss)(dict(model.named_parameters())).values(),
+            strict=True,
+        )
+    )
+
+
+@claim(LAB, "(zeros for a parameter that this depth does not use)")
+def test_func_grad_gives_zeros_for_an_unused_parameter():
+    model = DynamicNet(3, 4, 2, seed=0)
+    params = {n: p.detach() for n, p in model.named_parameters()}
+    x, y = torch.randn(1, 3), torch.tensor([1])
+
+    def loss(p):
+        return F.nll_loss(torch.func.functional_call(model, p, (x,), {"depth": 0}), y)
+
+    g = torch.func.grad(loss)(params)
+    assert torch.equal(g["middle_linear.weight"], torch.zeros(4, 4))
+    assert g["output_linear.bias"].abs().sum() > 0  # softmax minus one-hot: never zero
+    # autograd.grad, by contrast, answers None for it
+    grads = torch.autograd.grad(
+        loss(dict(model.named_parameters())), list(model.parameters()), allow_unused=True
+    )
+    assert grads[2] is None
+
+
+# ---------------------------------------------------------------- 5. second derivatives
+
+
+@claim(
+    LAB,
+    (
+        "`torch.autograd.grad(out, x)` returns the gradient as a plain tensor: the backward pass "
+        "is not itself recorded. With `create_graph=True` it is, and the gradient is a tensor in "
+        "a graph, with a `grad_fn`, that you can differentiate again."
+    ),
+)
+def test_create_graph_records_the_backward_pass():
+    x = torch.tensor(2.0, requires_grad=True)
+    (plain,) = torch.autograd.grad(x**3, x)
+    assert plain.grad_fn is None and not plain.requires_grad
+    (d1,) = torch.autograd.grad(x**3, x, create_graph=True)
+    assert d1.grad_fn is not None
+    (d2,) = torch.autograd.grad(d1, x)
+    assert d1.item() == 12.0 and d2.item() == 12.0
+
+
+@claim(
+    LAB,
+    "tensor does not require grad, the first gradient was computed without create_graph=True",
+)
+def test_without_create_graph_the_second_grad_raises():
+    xl = X.clone().requires_grad_()
+    (g,) = torch.autograd.grad((xl**3).sum(), xl)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        torch.autograd.grad((g * V).sum(), xl)
+
+
+@claim(
+    LAB,
+    (
+        "So push the tangent $v$ **forward** through a reverse-mode gradient: "
+        "`torch.func.jvp(torch.func.grad(f), (x,), (v,))`. This is **forward over reverse**. It "
+        "needs no `create_graph`: the tangent `v` rides along through the forward and backward "
+        "passes of `grad(f)` as they run, instead of a second backward pass over a recorded "
+        "backward graph"
+    ),
+)
+def test_forward_over_reverse_is_hv():
+    A = torch.randn(3, 3, dtype=torch.float64)
+
+    def f(t):
+        return 0.5 * t @ A @ t + (t.sin() * t.roll(1)).sum()
+
+    hv = torch.func.jvp(torch.func.grad(f), (X,), (V,))[1]
+    assert torch.allclose(hv, torch.func.hessian(f)(X) @ V)
+    # the second derivative is forward mode: a Function without a jvp cannot take part,
+    # where reverse over reverse (create_graph=True) only needs its backward
+    no_jvp = softsign_function(jvp=False)
+    with pytest.raises(NotImplementedError, match="jvp function"):
+        torch.func.jvp(torch.func.grad(lambda t: no_jvp.apply(t).sum()), (X,), (V,))
+    xl = X.clone().requires_grad_()
+    (g,) = torch.autograd.grad(no_jvp.apply(xl).sum(), xl, create_graph=True)
+    (hv2,) = torch.autograd.grad((g * V).sum(), xl)
+    assert torch.allclose(
+        hv2, torch.func.hessian(lambda t: softsign_function().apply(t).sum())(X) @ V
+    )
+
+
+@claim(LAB, "`torch.func.hessian(f)` builds the whole matrix the same way, as `jacfwd(jacrev(f))`")
+def test_hessian_is_jacfwd_of_jacrev():
+    assert "jacfwd(jacrev(" in inspect.getsource(torch.func.hessian).replace(" ", "")
+
+    def f(t):
+        return (t**4).sum() + t[0] * t[1]
+
+    assert torch.allclose(torch.func.hessian(f)(X), torch.func.jacfwd(torch.func.jacrev(f))(X))
+
+
+@claim(LAB, "`hessian` is `jacfwd(jacrev(f))`")
+def test_summary_hessian_is_jacfwd_of_jacrev():
+    assert "jacfwd(jacrev(" in inspect.getsource(torch.func.hessian).replace(" ", "")
+
+
+# ---------------------------------------------------------------- 6. Functions under torch.func
+
+
+@claim(LAB, "Such a Function works with `backward()`, but `torch.func`'s transforms refuse it.")
+def test_old_style_functions_work_with_backward_only():
+    x = X.clone().requires_grad_()
+    DoubleOldStyle.apply(x).sum().backward()
+    assert torch.equal(x.grad, torch.full_like(X, 2.0))
+    for transform in (
+        lambda: torch.func.grad(lambda t: DoubleOldStyle.apply(t).sum())(X),
+        lambda: torch.func.vmap(DoubleOldStyle.apply)(X[None]),
+        lambda: torch.func.jvp(DoubleOldStyle.apply, (X,), (V,)),
+    ):
+        with pytest.raises(RuntimeError, match="must override the setup_context staticmethod"):
+            transform()
+
+
+@claim(LAB, "Here is what each missing piece costs, with the messages of torch 2.14.1")
+def test_the_messages_of_each_missing_piece():
+    with pytest.raises(RuntimeError, match="it must override the setup_context staticmethod"):
+        torch.func.grad(lambda t: DoubleOldStyle.apply(t).sum())(X)
+    no_vmap = softsign_function(vmap_rule=False)
+    with pytest.raises(
+        RuntimeError,
+        match=(
+            "does not have vmap support. Please override and implement the vmap "
+            "staticmethod or set generate_vmap_rule=True"
+        ),
+    ):
+        torch.func.vmap(no_vmap.apply)(torch.ones(3, 2))
+    no_jvp = softsign_function(jvp=False)
+    with pytest.raises(
+        NotImplementedError,
+        match=(
+            "You must implement the jvp function for custom autograd.Function to use it "
+            "with forward mode AD"
+        ),
+    ):
+        torch.func.jvp(no_jvp.apply, (X,), (V,))
+    assert torch.__version__.startswith("2.14.1")
+
+
+@claim(LAB, "`backward(ctx, grad_output)` as before (for `grad`, `vjp`, `jacrev`)")
+def test_backward_serves_the_reverse_transforms():
+    no_jvp = softsign_function(jvp=False)
+    d = 1 / (1 + X.abs()) ** 2
+    assert torch.allclose(torch.func.grad(lambda t: no_jvp.apply(t).sum())(X), d)
+    assert torch.allclose(torch.func.vjp(no_jvp.apply, X)[1](V)[0], V * d)
+    assert torch.allclose(torch.func.jacrev(no_jvp.apply)(X), torch.diag(d))
+
+
+@claim(LAB, "`jvp(ctx, x_tangent)` returns the output's tangent (for `jvp`, `jacfwd`, forward AD)")
+def test_jvp_serves_the_forward_transforms():
+    fn = softsign_function()
+    d = 1 / (1 + X.abs()) ** 2
+    assert torch.allclose(torch.func.jvp(fn.apply, (X,), (V,))[1], V * d)
+    assert torch.allclose(torch.func.jacfwd(fn.apply)(X), torch.diag(d))
+    with fwAD.dual_level():
+        assert torch.allclose(fwAD.unpack_dual(fn.apply(fwAD.make_dual(X, V))).tangent, V * d)
+    no_jvp = softsign_function(jvp=False)
+    with fwAD.dual_level(), pytest.raises(NotImplementedError, match="jvp function"):
+        no_jvp.apply(fwAD.make_dual(X, V))
+
+
+@claim(
+    LAB,
+    (
+        "which lets `vmap` batch the Function by running your own `forward`, `setup_context`, "
+        "`backward` and `jvp` once, on tensors that stand for the whole batch"
+    ),
+)
+def test_generate_vmap_rule_runs_forward_once_on_a_batched_tensor():
+    seen = []
+
+    class Double(torch.autograd.Function):
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(x):
+            seen.append((torch._C._functorch.is_batchedtensor(x), tuple(x.shape)))
+            return 2 * x
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            return 2 * grad_output
+
+    out = torch.func.vmap(Double.apply)(torch.ones(5, 2))
+    assert seen == [(True, (2,))]  # once, on a tensor standing for 5 samples of shape (2,)
+    assert torch.equal(out, torch.full((5, 2), 2.0))
+
+
+@claim(LAB, "or a `vmap` staticmethod that you write")
+def test_a_vmap_staticmethod_is_the_other_way():
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return 2 * x
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            return 2 * grad_output
+
+        @staticmethod
+        def vmap(info, in_dims, x):
+            return Double.apply(x), in_dims[0]
+
+    assert torch.equal(torch.func.vmap(Double.apply)(torch.ones(5, 2)), torch.full((5, 2), 2.0))
+
+
+@claim(
+    LAB,
+    (
+        "In `jvp`, `ctx.saved_tensors` holds what `ctx.save_for_forward` saved, and in `backward` "
+        "what `ctx.save_for_backward` saved: each sees only its own"
+    ),
+)
+def test_saved_tensors_are_per_mode():
+    def grad_of(fn):
+        return torch.func.grad(lambda t: fn.apply(t).sum())(X)
+
+    def jvp_of(fn):
+        return torch.func.jvp(fn.apply, (X,), (V,))[1]
+
+    only_backward = softsign_function(save_forward=False)
+    grad_of(only_backward)
+    with pytest.raises(ValueError, match="not enough values to unpack"):
+        jvp_of(only_backward)
+    only_forward = softsign_function(save_backward=False)
+    jvp_of(only_forward)
+    with pytest.raises(ValueError, match="not enough values to unpack"):
+        grad_of(only_forward)
+    both = softsign_function()
+    assert torch.allclose(jvp_of(both), V / (1 + X.abs()) ** 2)
+
+
+def _add_one(t: torch.Tensor) -> torch.Tensor:
+    return t + 1
+
+
+@claim(
+    LAB,
+    (
+        "The first forward-mode derivative prepares some of PyTorch's rules with "
+        "torch.jit.script, which warns that it is deprecated"
+    ),
+)
+def test_first_forward_mode_use_warns_about_torch_jit_script():
+    import torch._decomp.decompositions_for_jvp as jvp_decompositions
+
+    # forward AD's decompositions are registered through torch.jit.script ...
+    assert "torch.jit.script(decomp_fn)" in inspect.getsource(jvp_decompositions)
+    # ... which warns that it is deprecated (asked here directly: in this process the
+    # first forward-mode derivative may have happened already)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.jit.script(_add_one)
+    messages = [str(w.message) for w in caught if w.category is FutureWarning]
+    assert any("`torch.jit.script` is deprecated" in m for m in messages), messages
+
+
+def test_the_lab_filters_that_warning_only():
+    """The setup cell's filter matches the warning's text (a regex from its start)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings(
+            "ignore", message="`torch.jit.script` is deprecated", category=FutureWarning
+        )
+        warnings.warn(
+            "`torch.jit.script` is deprecated. Please switch to `torch.compile`",
+            FutureWarning,
+            stacklevel=1,
+        )
+        warnings.warn("something else", FutureWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["something else"]
+
+
+@claim(LAB, "parameters are shared by all samples: in_dims=(None, 0, 0).")
+def test_vmapping_the_parameters_too_is_a_size_error():
+    model = DynamicNet(3, 5, 4, seed=0)
+    params = {n: p.detach() for n, p in model.named_parameters()}
+    xs, ys = torch.randn(6, 3), torch.randint(0, 4, (6,))
+
+    def loss_one(p, x, y):
+        out = torch.func.functional_call(model, p, (x.unsqueeze(0),), {"depth": 1})
+        return F.nll_loss(out, y.unsqueeze(0))
+
+    with pytest.raises(ValueError, match="same size in the mapped dimension"):
+        torch.func.vmap(torch.func.grad(loss_one))(params, xs, ys)
+    shared = torch.func.vmap(torch.func.grad(loss_one), in_dims=(None, 0, 0))(params, xs, ys)
+    assert shared["input_linear.weight"].shape == (6, 5, 3)
