@@ -534,7 +534,8 @@ observe(
 # * a tensor you create yourself is a **leaf**; it requires a gradient only if you say so
 #   (`requires_grad=True`);
 # * the result of an operation requires a gradient if **any** input does, and then it is
-#   not a leaf: it has a `grad_fn`;
+#   not a leaf: it has a `grad_fn` (for a floating-point result: an integer or boolean
+#   result, such as `a.argmax()` or `a > 0`, never requires a gradient);
 # * a result nobody needs a gradient for is not recorded at all: it is again a leaf with
 #   `grad_fn = None`;
 # * two ways to switch recording off: inside `with torch.no_grad():` nothing is recorded,
@@ -671,17 +672,29 @@ for _expression in EXPRESSIONS:
         f"predictions[{_expression!r}]: grad_fn should be a node's name as a string, such as "
         f'"MulBackward0", or None (not {_p[2]!r}).',
     )
-_wrong = [
-    f"'{_expression}' ({' and '.join(_props)})"
-    for _expression in EXPRESSIONS
-    if (_props := _disagreements(predictions[_expression], properties(EXPRESSIONS[_expression]())))
-]
+_wrong = {"requires_grad": [], "is_leaf": [], "grad_fn": []}
+for _expression in EXPRESSIONS:
+    for _property in _disagreements(
+        predictions[_expression], properties(EXPRESSIONS[_expression]())
+    ):
+        _wrong[_property].append(_expression)
 check(
-    not _wrong,
-    f"{len(_wrong)} of {len(EXPRESSIONS)} predictions disagree with PyTorch; the expression and "
-    f"the property that disagrees: {'; '.join(_wrong)}. Re-read the rules above (an operation's "
-    "result is tracked only if an input requires a gradient and recording is on), then run "
-    "show(expression) on these to see why.",
+    not _wrong["requires_grad"],
+    f"requires_grad is predicted wrong for these expressions: {_wrong['requires_grad']}. An "
+    "operation's result requires a gradient only if an input requires one and recording is "
+    "on; run show(expression) on these to see why.",
+)
+check(
+    not _wrong["is_leaf"],
+    f"is_leaf is predicted wrong for these expressions: {_wrong['is_leaf']}. A tensor is a "
+    "leaf when it has no recorded history, computed or not; run show(expression) on these to "
+    "see why.",
+)
+check(
+    not _wrong["grad_fn"],
+    f"grad_fn is predicted wrong for these expressions: {_wrong['grad_fn']}. Only a recorded "
+    "result has a node, named after the operation that made it; run show(expression) on "
+    "these to see why.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -735,9 +748,13 @@ show(torch.exp(b) * a.sum())
 #   * `("no_grad", e)` is `e` computed inside `with torch.no_grad():`, all of it.
 #
 # `EXPRESSION_TREES` writes the twelve expressions of exercise 2 this way, for instance
-# `"a.detach() * 2"` as `("mul", ("detach", "a"), 2)`. A function that calls itself on each
-# argument is the natural shape; the optional third parameter `recording` can carry
-# whether recording is on down to the arguments.
+# `"a.detach() * 2"` as `("mul", ("detach", "a"), 2)`. `MORE_TREES` mixes the rules: a
+# `no_grad` block around a name, around `requires_grad_()`, or inside a recorded operation,
+# and `detach()` deep inside an expression. The check tries both sets against PyTorch (the
+# tensors of `MORE_TREES` are built by `MORE_EXPRESSIONS`, so `show(MORE_EXPRESSIONS[...]())`
+# runs one). A function that calls itself on each argument is the natural shape; the
+# optional third parameter `recording` can carry whether recording is on down to the
+# arguments.
 
 # %% nbgrader={"locked": true, "grade_id": "expression_trees"}
 NODE_NAMES = {
@@ -763,6 +780,38 @@ EXPRESSION_TREES = {
     "with torch.no_grad(): a * 2": ("no_grad", ("mul", "a", 2)),
     "(a * 2).detach().requires_grad_()": ("requires_grad_", ("detach", ("mul", "a", 2))),
     "torch.tanh(b) + a": ("add", ("tanh", "b"), "a"),
+}
+ones = torch.ones(3)
+
+
+def _without_grad(make):
+    """make() computed inside `with torch.no_grad():`."""
+    with torch.no_grad():
+        return make()
+
+
+MORE_TREES = {
+    "with torch.no_grad(): a": ("no_grad", "a"),
+    "with torch.no_grad(): (b * 2).requires_grad_()": (
+        "no_grad",
+        ("requires_grad_", ("mul", "b", 2)),
+    ),
+    "(with torch.no_grad(): a.tanh()) - a": ("sub", ("no_grad", ("tanh", "a")), "a"),
+    "(with torch.no_grad(): a + 1) * b": ("mul", ("no_grad", ("add", "a", 1)), "b"),
+    "a.detach().requires_grad_() * b": ("mul", ("requires_grad_", ("detach", "a")), "b"),
+    "(2 * a.detach().exp())[0]": ("select", ("mul", 2, ("exp", ("detach", "a")))),
+    "(ones - b).sum() + a[0]": ("add", ("sum", ("sub", "ones", "b")), ("select", "a")),
+}
+MORE_EXPRESSIONS = {
+    "with torch.no_grad(): a": lambda: _without_grad(lambda: a),
+    "with torch.no_grad(): (b * 2).requires_grad_()": lambda: _without_grad(
+        lambda: (b * 2).requires_grad_()
+    ),
+    "(with torch.no_grad(): a.tanh()) - a": lambda: _without_grad(lambda: a.tanh()) - a,
+    "(with torch.no_grad(): a + 1) * b": lambda: _without_grad(lambda: a + 1) * b,
+    "a.detach().requires_grad_() * b": lambda: a.detach().requires_grad_() * b,
+    "(2 * a.detach().exp())[0]": lambda: (2 * a.detach().exp())[0],
+    "(ones - b).sum() + a[0]": lambda: (ones - b).sum() + a[0],
 }
 
 
@@ -794,8 +843,10 @@ check(
     callable(globals().get("predict")),
     "predict is not defined: run the exercise 3 cell above (did it stop with an error?).",
 )
-_wrong = []
-for _expression, _tree in EXPRESSION_TREES.items():
+_cases = {_e: (_t, EXPRESSIONS[_e]) for _e, _t in EXPRESSION_TREES.items()}
+_cases.update({_e: (_t, MORE_EXPRESSIONS[_e]) for _e, _t in MORE_TREES.items()})
+_wrong = {"requires_grad": [], "is_leaf": [], "grad_fn": []}
+for _expression, (_tree, _make) in _cases.items():
     try:
         _got = predict(_tree, GIVEN)
     except NotImplementedError:
@@ -803,28 +854,40 @@ for _expression, _tree in EXPRESSION_TREES.items():
     except Exception as _error:
         check(
             False,
-            f"predict(EXPRESSION_TREES[{_expression!r}], GIVEN) stopped with "
-            f"{type(_error).__name__}: {_error}. (Try predict on that expression yourself to see where.)",
+            f"predict stopped with an error on the expression {_expression!r}: "
+            f"{type(_error).__name__}: {_error}. (Try predict on that expression's tree yourself "
+            "to see where.)",
         )
     check(
         isinstance(_got, tuple | list) and len(_got) == 3,
-        f"predict(EXPRESSION_TREES[{_expression!r}], GIVEN) should return a triple "
-        f"(requires_grad, is_leaf, grad_fn), not {_got!r}.",
+        f"predict should return a triple (requires_grad, is_leaf, grad_fn); for the expression "
+        f"{_expression!r} it returned {_got!r}.",
     )
     check(
         isinstance(_got[0], bool) and isinstance(_got[1], bool) and _got[2] != "None",
-        f"predict(EXPRESSION_TREES[{_expression!r}], GIVEN) should give requires_grad and is_leaf "
-        f"as True or False, and grad_fn as a name or None (without quotes), not {_got!r}.",
+        f"predict should give requires_grad and is_leaf as True or False, and grad_fn as a name "
+        f"or None (without quotes); for the expression {_expression!r} it gave {_got!r}.",
     )
-    _props = _disagreements(_got, properties(EXPRESSIONS[_expression]()))
-    if _props:
-        _wrong.append(f"'{_expression}' ({' and '.join(_props)})")
+    for _property in _disagreements(_got, properties(_make())):
+        _wrong[_property].append(_expression)
 check(
-    not _wrong,
-    f"predict disagrees with PyTorch on {len(_wrong)} of the {len(EXPRESSION_TREES)} expressions "
-    f"of exercise 2; the expression and the property that disagrees: {'; '.join(_wrong)}. Which "
-    "rule does each one need: an input that requires a gradient, recording switched off, a cut "
-    "with detach(), or a leaf switched on with requires_grad_()?",
+    not _wrong["requires_grad"],
+    f"predict gives the wrong requires_grad for these expressions: {_wrong['requires_grad']}. "
+    "A result requires a gradient when recording is on and one of its tensor arguments "
+    "requires one; a name keeps its own requires_grad even inside no_grad, detach() gives a "
+    "tensor that requires none, and requires_grad_() switches it on, even inside no_grad.",
+)
+check(
+    not _wrong["is_leaf"],
+    f"predict gives the wrong is_leaf for these expressions: {_wrong['is_leaf']}. A tensor is "
+    "a leaf exactly when it has no history: a name, anything detach() gives (requires_grad_() "
+    "keeps a leaf a leaf), and any result that was not recorded (nothing required a gradient, or no_grad).",
+)
+check(
+    not _wrong["grad_fn"],
+    f"predict gives the wrong grad_fn for these expressions: {_wrong['grad_fn']}. Only a "
+    "recorded result has a node, NODE_NAMES[op] of the operation that made it; a leaf's "
+    "grad_fn is None.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -883,8 +946,9 @@ for _given, _words in (
 #
 # ## 4. Which tensors will get a gradient?
 #
-# `backward()` fills `.grad` exactly on the tensors hanging from the `AccumulateGrad`
-# nodes of the graph. You can therefore know, before calling `backward()`, which parameters
+# Of the leaves, `backward()` fills `.grad` exactly on the tensors hanging from the
+# `AccumulateGrad` nodes of the graph (lab 2 shows how to keep the gradient of a non-leaf
+# too). You can therefore know, before calling `backward()`, which parameters
 # a loss will update, and which it will not touch at all (lab 3 comes back to parameters
 # that a forward pass did not use).
 #
@@ -1049,8 +1113,9 @@ observe(
 # %% [markdown]
 # ## What you have seen
 #
-# * Every operation on a tensor that requires a gradient adds a node (`grad_fn`) to a
-#   graph, built as the code runs; reusing a Python name does not remove a node.
+# * While recording is on, every operation on a tensor that requires a gradient adds a node
+#   (`grad_fn`) to a graph, built as the code runs; reusing a Python name does not remove a
+#   node.
 # * `next_functions` links each node to the nodes of its inputs; leaves that require a
 #   gradient end in `AccumulateGrad`, inputs that do not are `(None, 0)`.
 # * A tensor used twice is one node with two edges into it.

@@ -17,7 +17,8 @@
 #
 # 1. `requires_grad` spreads from inputs to everything computed from them;
 # 2. `backward()` fills `.grad` on the **leaves** only, unless you ask for more;
-# 3. `backward()` frees what the graph saved, so a second call fails unless you keep it;
+# 3. `backward()` frees the tensors the graph saved, so a second call through a node that
+#    saved one fails unless you keep them;
 # 4. gradients **accumulate** in `.grad` until you reset them, in place;
 # 5. you will compute the gradients of $f(x, y, z) = (x^2 + y)\,z$ yourself;
 # 6. and, for an output that is not a single number, `backward()` computes a
@@ -216,8 +217,11 @@ print("w.grad after two backward() calls:", w.grad)
 # %% [markdown]
 # So the error is about the *saved tensors*, not about the graph as such: PyTorch complains
 # only when a node needs a tensor it has already freed. Do not build on the exception: even
-# `w * 3` saves a tensor (the 3, for $dy/dw = 3$), and nearly every real graph has nodes
-# that save something. (The engine you will write in lab 8 keeps it simple and frees every
+# `w * 3` saves a tensor, the 3 (for $dy/dw = 3$): PyTorch wraps the Python number in a
+# 0-dimensional tensor and keeps it as `y.grad_fn._saved_other`, so a second `backward()`
+# through `w * 3` fails too (checked on torch 2.14.1, where this wrapped number is also kept
+# away from saved-tensor hooks: they see only real tensors). And nearly every real graph has
+# nodes that save something. (The engine you will write in lab 8 keeps it simple and frees every
 # node after a pass, whether it saved a tensor or not, so it refuses even the second pass
 # through `w + 1`: a simplification.)
 #
@@ -333,14 +337,15 @@ for i in range(3):
     print(f"Iter {i}:", Wh.grad.flatten()[:3], "...")
 
 # %% [markdown]
-# 0.0099, then 0.0197, then 0.0296: each pass added its gradient to the last. This is why
+# Every entry went from 0.0099 to 0.0197 to 0.0296, one, two, then three times
+# $1 - \tanh^2(3)$: each pass added its gradient to the last. This is why
 # every training loop calls `optimizer.zero_grad()` (or `W.grad.zero_()`) before
 # `backward()`; lab 3 shows when accumulating on purpose is useful.
 #
 # One more trap, for when you keep gradients to look at later (to plot them, say).
 # `Wh.grad` is one tensor that PyTorch changes **in place**: `Wh.grad.zero_()` zeroes it in
 # place, and the next `backward()` adds into it in place (also into the fresh one that the
-# first pass after `Wh.grad = None` creates). A name bound to `Wh.grad` moves with it; a
+# first pass after `Wh.grad = None` creates; this is for the default `create_graph=False`). A name bound to `Wh.grad` moves with it; a
 # copy made with `.clone()` does not. (`.detach()` is no copy: it shares the data.)
 
 # %%

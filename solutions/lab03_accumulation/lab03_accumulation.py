@@ -16,7 +16,7 @@
 #    does with a parameter whose gradient is `None`;
 # 2. why a weight used `k` times in one forward pass gets the **sum** of `k` gradients;
 # 3. what happens to a parameter that a forward pass did not use at all;
-# 4. how to get the gradient of a big batch from several small ones, exactly.
+# 4. how to get the gradient of a big batch from several small ones, the same up to rounding.
 #
 # **How this lab works.** Cells marked *exercise* are yours: replace
 # `raise NotImplementedError(...)` with your code. The cell after each exercise is a
@@ -224,10 +224,11 @@ observe(
 # ## 2. A weight used k times gets the sum of k gradients
 #
 # A forward pass may use the same parameter several times: a recurrent network applies
-# one weight matrix at every time step, and PyTorch's `DynamicNet` example reuses one
+# one weight matrix at every time step, and the course's `DynamicNet` (lab 5) reuses one
 # `nn.Linear` a random number of times. Backpropagation treats every use as if it were a
-# separate copy of the weight, computes each copy's gradient, and **adds** them into the
-# one `.grad`. (Nothing is updated by `backward()` itself: the optimizer later moves the
+# separate copy of the weight, computes each copy's gradient, and **adds** them: the
+# contributions meet at the weight's one `AccumulateGrad` node, which runs once and adds
+# their sum into `.grad`. (Nothing is updated by `backward()` itself: the optimizer later moves the
 # weight by the summed gradient.)
 #
 # In the graph this is visible: the weight has one `AccumulateGrad` node, with one edge
@@ -946,4 +947,5 @@ for _n, _micro, _outputs in (
 #   node with `k` edges into it.
 # * A parameter the pass did not use gets no gradient: `None` the first time, and its old
 #   value afterwards unless you clear it.
-# * Micro-batch losses scaled by $n_j/N$ accumulate to exactly the big batch's gradient.
+# * Micro-batch losses scaled by $n_j/N$ accumulate to the big batch's gradient: exactly in
+#   arithmetic, up to rounding in floating point.

@@ -205,7 +205,8 @@ for _case in range(1, 5):
 #
 # An *in-place* operation writes its result into the memory of an existing tensor instead of
 # making a new one: `t.add_(1)`, `t.mul_(3)`, `t += 1`, `t[0] = 5`, `torch.relu_(t)`. No new
-# node for the value; the same tensor now holds other numbers.
+# tensor: the same tensor now holds other numbers (when it is in the graph, autograd records
+# the operation too, as the tensor's new `grad_fn`).
 #
 # That is a problem only if autograd **saved** the old numbers for the backward pass. Every
 # tensor carries a *version counter*, `t._version`, which each in-place operation bumps.
@@ -700,8 +701,8 @@ for _step in range(1, 4):
 # With `sgd_step` you can train. Here is a straight line, $y = 3x - 1$, fitted from noisy
 # points: the forward pass builds a fresh graph at every step, `backward()` fills the
 # gradients, and your step moves the two parameters in place. On the left, the line after a
-# few of the steps; on the right, the loss at every step, which levels off near 0.01: the
-# variance of the noise in the data ($0.1^2$).
+# few of the steps; on the right, the loss at every step, which levels off near the
+# variance of the noise in the data, $0.1^2$ (the cell prints the last loss).
 
 # %%
 gen = torch.Generator().manual_seed(4)
@@ -717,7 +718,10 @@ for step in range(1, 201):
     losses.append(loss.item())
     if step in (1, 5, 20, 200):
         snapshots[step] = (slope.item(), intercept.item())
-print(f"after 200 steps: slope {slope.item():.3f}, intercept {intercept.item():.3f}")
+print(
+    f"after 200 steps: slope {slope.item():.3f}, intercept {intercept.item():.3f}, "
+    f"loss {losses[-1]:.4f}"
+)
 
 fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
 left.scatter(xs, ys, s=8, color="gray", label="data")
@@ -740,8 +744,8 @@ plt.show()
 #
 # Four tools keep autograd from recording. They are easy to mix up, so let us put each one to
 # the same questions: does the result **share memory** with the original, is it **in the
-# graph** (`requires_grad`, `grad_fn`), and can it be **used later** in a computation that
-# autograd records?
+# graph** (`requires_grad`, `grad_fn`), and can a computation that autograd records **use it
+# later**, saving it for its backward pass (`t * x`, whose gradient for `x` needs `t`)?
 
 # %%
 x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
@@ -757,7 +761,7 @@ with torch.inference_mode():
 
 
 def usable_later(t):
-    """Can `t` take part in a new recorded computation and its backward pass?"""
+    """Can a new recorded computation save `t` and use it in its backward pass?"""
     try:
         (t * x).sum().backward()
         return True
@@ -784,9 +788,10 @@ for name, t in results.items():
 # * `torch.no_grad()` is not about one tensor: it turns recording off for everything computed
 #   inside the block. Results are ordinary tensors with no `grad_fn`, in new memory as usual
 #   (`base * 1` computes new numbers), and they can feed a recorded computation later.
-# * `torch.inference_mode()` is `no_grad` taken further: it also skips the version counter,
-#   which makes it a little faster, and marks its results as *inference tensors* that autograd
-#   refuses to save later. Use it for pure evaluation, `no_grad` when the results may feed a
+# * `torch.inference_mode()` is `no_grad` taken further: it also skips the version counter
+#   and view tracking (which the PyTorch documentation gives as why it can be faster), and marks
+#   its results as *inference tensors* that autograd refuses to save later (`t + x` may still
+#   use one: its backward needs neither). Use it for pure evaluation, `no_grad` when the results may feed a
 #   recorded computation later.
 #
 # The window of `detach()` also carries the version counter. Change the detached tensor in
@@ -975,5 +980,5 @@ plt.show()
 # * Parameters are updated in place under `torch.no_grad()`, and their gradients reset.
 # * `detach()` shares memory (and the version counter), `detach().clone()` copies,
 #   `no_grad()` records nothing inside its block, `inference_mode()` records nothing and makes
-#   tensors that autograd will not accept later.
+#   inference tensors, which autograd refuses to save for a later backward pass.
 # * `detach()` turns part of a loss into a constant: a stop-gradient target.
