@@ -398,7 +398,7 @@ def test_half_pack_halves_the_bytes():
 @claim(
     LAB,
     "For a tensor that is on the CPU already it saves nothing at all: `t.cpu()` returns `t` "
-    "itself, and so `save_on_cpu`'s pack hands back the very tensor it was given.",
+    "itself, and so `save_on_cpu`'s pack hands back the very tensor it was given",
 )
 def test_save_on_cpu_packs_a_cpu_tensor_as_itself():
     t = torch.randn(3)
