@@ -594,7 +594,8 @@ for name, p in dyn.named_parameters():
 # ## 4. Growing and shrinking a layer during training
 #
 # Changing the width of a hidden layer changes the **shapes** of the weights on both sides
-# of it, so those parameters must be replaced by new tensors. Two things should survive:
+# of it, so we replace those parameters by new tensors (new `nn.Linear` layers). Two things
+# should survive:
 #
 # * the **function**: right after widening, the network should compute what it computed
 #   before, up to float rounding (so training does not take a step back);
