@@ -775,14 +775,10 @@ print("torch d out/d Wx:\n", torch_Wx.grad.numpy())
 
 # %% [markdown]
 # The checks of exercises 4 and 5 run your code **with stand-ins** for exercises 1 to 3:
-# inside `with stand_in_ops():` the operations (`add`, `mul`, `power`, `matmul`, `tanh`,
-# `relu`, `total`, and the `+`, `*`, `**`, `@` that call them) compute with PyTorch and
-# their closures ask `torch.autograd.grad` for the gradients, and `topo_order` lists the
-# tensors in the order they were made, which is a topological order by construction. Your
-# `backward` and your `dynamic_net` run as you wrote them; a mistake in exercises 1 to 3
-# costs points in those exercises only. `stand_in_gradients(root, leaves)` asks PyTorch for
-# the gradients of a root made by the stand-ins (the check of exercise 5 uses it, so that it
-# does not depend on your `backward` either).
+# inside `with stand_in_ops():` the operations compute with PyTorch and their closures ask
+# `torch.autograd.grad` for the gradients, and `topo_order` lists the tensors in the order
+# they were made. So a mistake in exercises 1 to 3 costs points there only;
+# `stand_in_gradients(root, leaves)` gives exercise 5's check PyTorch's gradients.
 
 
 # %% nbgrader={"locked": true, "grade_id": "stand_ins"}
@@ -940,17 +936,6 @@ with stand_in_ops():
                 _plain(_W.grad),
                 hint=_SHARED,
             )
-            _sw = Tensor(_rng.normal(), requires_grad=True)
-            _prod = Tensor(_rng.normal())
-            for _ in range(_k):
-                _prod = _prod * _sw
-            backward(_prod)
-            observe(
-                f"backward() of p * s * ... * s, random numbers p and s, s used {_k} time(s): "
-                "s.grad",
-                _plain(_sw.grad),
-                hint=_SHARED,
-            )
         # a diamond with broadcasting
         _A = Tensor(_rng.normal(size=(4, 3)), requires_grad=True)
         _T = _A.tanh()
@@ -1099,21 +1084,6 @@ with stand_in_ops():
         {"m.grad is None": _intermediate.grad is None, "A.grad": _plain(_A.grad)},
         hint="Only leaves get .grad: keep the gradients of intermediate tensors in your dict and "
         "let them go at the end.",
-    )
-    # a graph walked with retain_graph=True three times, then freed: 4 calls add up
-    _q = Tensor(_rng.normal(size=(2, 2)), requires_grad=True)
-    _root = (_q * Tensor(_rng.normal(size=(2, 2)))).sum()
-    for _call in range(3):
-        backward(_root, retain_graph=True)
-    backward(_root)
-    observe(
-        "(q * R).sum() at random (2, 2) q and R: backward(retain_graph=True) three times, "
-        "then backward(), then a fifth backward()",
-        {
-            "q.grad after four calls": _plain(_q.grad),
-            "fifth call raised RuntimeError": _raises_runtime_error(_root),
-        },
-        hint="Every call adds into .grad; only the call without retain_graph=True frees the graph.",
     )
 ### END HIDDEN TESTS
 
@@ -1725,20 +1695,6 @@ observe(
     hint="Each of the max_steps steps computes x + relu(x @ w) + 0.5 and keeps it only while "
     "x.norm() < 10, with torch.where: no Python if or while on a tensor.",
 )
-_x, _w = (torch.randn(1, 4, generator=_gen) * 0.5).clamp(-2, 2), torch.randn(4, 4, generator=_gen)
-observe(
-    "grow_bounded(x, w, max_steps=k) for k = 0 to 12, on a random x (1, 4) and w (4, 4)",
-    [grow_bounded(_x, _w, max_steps=_k) for _k in range(13)],
-    atol=1e-5,
-    hint="The loop runs exactly max_steps steps, the argument, not a fixed number.",
-)
-_x, _w = torch.zeros(1, 4), torch.randn(4, 4, generator=_gen) * 0.3
-observe(
-    "grow_bounded(x, w, max_steps=40) from x = zeros(1, 4), random w (4, 4)",
-    grow_bounded(_x, _w, max_steps=40),
-    atol=1e-5,
-    hint="Steps after x.norm() reaches 10 must leave x unchanged.",
-)
 # At and beside the bounds. With a (1, 1) x = c and w = 0, each step adds exactly 0.5:
 # c = -4.75 needs exactly 30 steps (the default bound), c = -5.25 needs 31 (one beyond it),
 # and c = -4 reaches a norm of exactly 10 after 28 steps, where the loop must stop.
@@ -1759,46 +1715,9 @@ observe(
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# Compare the compiler's view of the two loops. One graph, no breaks; but count its
-# operations: the compiler unrolled all `max_steps` steps, and every call runs them all,
-# however early the `while` loop would have stopped.
-
-# %%
-report = explain(grow_bounded, batch[:1], w_grow)
-steps, value = 0, batch[:1]
-while value.norm() < 10:
-    value, steps = value + torch.relu(value @ w_grow) + 0.5, steps + 1
-print(f"the while loop stopped after {steps} steps; the bounded loop always does 30")
-print("same result:", torch.allclose(grow_bounded(batch[:1], w_grow), grow(batch[:1], w_grow)))
-
-# %% [markdown]
-# The same in a picture: the norm of `x` after each step of both loops. Every step of the
-# bounded loop in the shaded part computes a new `x` and then throws it away.
-
-# %%
-norms_while, value = [batch[:1].norm().item()], batch[:1]
-while value.norm() < 10:
-    value = value + torch.relu(value @ w_grow) + 0.5
-    norms_while.append(value.norm().item())
-norms_bounded = [grow_bounded(batch[:1], w_grow, max_steps=k).norm().item() for k in range(31)]
-fig, ax = plt.subplots(figsize=(6, 3))
-ax.axvspan(len(norms_while) - 1, 30, color="C1", alpha=0.12, label="steps that change nothing")
-ax.plot(norms_bounded, "o-", color="C1", markersize=3, label="grow_bounded (30 steps)")
-ax.plot(norms_while, "o-", color="C0", markersize=5, label="while loop (grow)")
-ax.axhline(10, color="gray", linestyle=":", linewidth=1)
-ax.set_xlabel("loop step")
-ax.set_ylabel("x.norm()")
-ax.set_title("A data-dependent loop, and its bounded twin")
-ax.legend(fontsize=8)
-plt.show()
-
-
-# %% [markdown]
-# Compare the compiler's view of the two loops. One graph, no breaks; but count its
-# operations: the compiler unrolled all `max_steps` steps, and every call runs them all,
-# however early the `while` loop would have stopped. The plot shows the norm of `x` after
-# each step of both loops: every step in the shaded part computes a new `x` and throws it
-# away.
+# The compiler's view of the bounded loop: one graph, no breaks, but count its operations:
+# the compiler unrolled all `max_steps` steps, and every call runs them all. In the plot,
+# every step in the shaded part computes a new `x` and throws it away.
 
 # %%
 report = explain(grow_bounded, batch[:1], w_grow)
@@ -1876,10 +1795,9 @@ for what, fn in [
     print(f"{what}: {error or 'ran'}"[:160])
 
 # %% [markdown]
-# And training, which it does not support yet. In eager mode it returns a tensor with a
-# `grad_fn` all the same, so nothing stops you. Compare the gradients with respect to `w`
-# (which the body reads from outside; the carried `x` needs no gradient) with the Python
-# loop's:
+# And training? In eager mode it returns a tensor with a `grad_fn` all the same. Compare
+# the gradients with respect to `w` (read by the body from outside; the carried `x` needs
+# no gradient) with the Python loop's:
 
 # %%
 w_train = w_grow.clone().requires_grad_()

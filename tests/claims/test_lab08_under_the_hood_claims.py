@@ -183,7 +183,8 @@ def test_compiled_dynamicnet_freezes_its_random_random_draw():
 
 @claim(
     LAB,
-    "`random.randint(0, 3)` is drawn anew on every call, and `x * random.randint(0, 3)` compiles into one graph",
+    "`random.randint(0, 3)` is drawn anew on every call, and `x * random.randint(0, 3)` "
+    "compiles into one graph",
 )
 def test_module_random_is_redrawn_and_kept_in_one_graph():
     def scaled(x):
@@ -263,7 +264,8 @@ def test_cond_keeps_both_branches_in_one_graph():
 
 @claim(
     LAB,
-    "Its documentation calls it a *prototype* feature, with limited support for input and output types.",
+    "Its documentation calls it a *prototype* feature, with limited support for input and "
+    "output types.",
 )
 def test_cond_documentation_says_prototype():
     doc = " ".join(torch.cond.__doc__.split())
@@ -307,7 +309,8 @@ def test_exporting_branchy_fails_in_both_modes():
 
 @claim(
     LAB,
-    "Export DynamicNet without `strict`: its die is thrown once, and no error says so (with `strict=True`, export refuses it).",
+    "Export DynamicNet without `strict`: its die is thrown once, and no error says so "
+    "(with `strict=True`, export refuses it).",
 )
 def test_export_bakes_dynamicnet_depth_and_strict_refuses():
     net, x = DynamicNet(4, 6, 3, seed=0), torch.randn(5, 4)
@@ -322,7 +325,8 @@ def test_export_bakes_dynamicnet_depth_and_strict_refuses():
 
 @claim(
     LAB,
-    "the branch that did not run gives its weight a gradient of zeros, where eager `branchy` gives `None`",
+    "the branch that did not run gives its weight a gradient of zeros, where eager "
+    "`branchy` gives `None`",
 )
 def test_cond_gives_zeros_where_eager_gives_none():
     w1, w2 = torch.randn(4, 2, requires_grad=True), torch.randn(4, 2, requires_grad=True)
@@ -365,7 +369,8 @@ def test_eager_while_loop_compiles_on_first_call():
 
 @claim(
     LAB,
-    "the compiler keeps the whole loop as **one** operation of the graph, with the condition and the body as subgraphs",
+    "the compiler keeps the whole loop as **one** operation of the graph, with the "
+    "condition and the body as subgraphs",
 )
 def test_while_loop_is_one_operation_with_two_subgraphs():
     (graph,) = graphs_of(grow_while, torch.randn(1, 4), torch.randn(4, 4) * 0.3)
@@ -410,3 +415,39 @@ def test_while_loop_gradient_of_a_closed_over_weight():
     (want,) = torch.autograd.grad(grow(xr, w).sum(), w)
     (got,) = torch.autograd.grad(grow_while(xr, w).sum(), w)
     assert torch.allclose(got, want, atol=1e-5)
+
+
+@claim(LAB, "It is `None` for a leaf, like `grad_fn`.")
+def test_a_leaf_has_no_grad_fn():
+    leaf = torch.randn(2, requires_grad=True)
+    assert leaf.grad_fn is None and (leaf * 2).grad_fn is not None
+
+
+@claim(LAB, "`no_grad()` switches it off, like `torch.no_grad()`")
+def test_no_grad_records_no_graph():
+    w = torch.randn(2, requires_grad=True)
+    with torch.no_grad():
+        out = torch.tanh(w * 2)
+    assert out.grad_fn is None and not out.requires_grad
+
+
+@claim(LAB, "The gradient of the bias is then the sum of those 5 uses")
+def test_broadcast_bias_gradient_is_the_sum_over_rows():
+    bias = torch.zeros(3, requires_grad=True)
+    grad = torch.randn(5, 3)
+    (torch.ones(5, 3) + bias).backward(grad)
+    assert torch.allclose(bias.grad, grad.sum(0))
+
+
+@claim(LAB, "A second graph holds the rest, unrolled for the depth that was drawn.")
+def test_second_graph_is_unrolled_for_the_drawn_depth():
+    net = DynamicNet(4, 6, 3, seed=0)
+    first, second = graphs_of(net, torch.randn(5, 4))
+    linears = [n for n in second.graph.nodes if getattr(n.target, "__name__", "") == "linear"]
+    assert len(linears) == net.last_depth + 1  # the middle layers and the output layer
+
+
+@claim(LAB, "In eager mode it returns a tensor with a `grad_fn` all the same")
+def test_eager_while_loop_output_has_a_grad_fn():
+    w = (torch.randn(4, 4) * 0.3).requires_grad_()
+    assert grow_while(torch.randn(1, 4), w).grad_fn is not None
