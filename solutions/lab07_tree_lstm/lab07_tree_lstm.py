@@ -284,10 +284,9 @@ print("nodes per tree, average :", sum(n_nodes(t) for t in test_trees) / len(tes
 # %% [markdown]
 # ## 2. The child-sum Tree-LSTM cell
 #
-# A node $j$ has an input $x_j$ (the embedding of its token: a digit for a leaf, an
-# operator for an inner node) and children $C(j)$ with states $(h_k, c_k)$. Its arguments
-# come in any order and `MIN`, `MAX`, `MED`, `SUM` do not care about the order, so we use
-# the **child-sum** Tree-LSTM (Tai et al., 2015), which adds up the children:
+# A node $j$ has an input $x_j$ (its token's embedding) and children $C(j)$ with states
+# $(h_k, c_k)$. The operators do not care about the order of their arguments, so we use the
+# **child-sum** Tree-LSTM (Tai et al., 2015), which adds up the children:
 #
 # $$\tilde h_j = \sum_{k \in C(j)} h_k$$
 # $$i_j = \sigma(W_i x_j + U_i \tilde h_j + b_i),\quad
@@ -296,9 +295,8 @@ print("nodes per tree, average :", sum(n_nodes(t) for t in test_trees) / len(tes
 # $$f_{jk} = \sigma(W_f x_j + U_f h_k + b_f)\quad\text{one forget gate per child } k$$
 # $$c_j = i_j \odot u_j + \sum_{k \in C(j)} f_{jk} \odot c_k,\qquad h_j = o_j \odot \tanh(c_j)$$
 #
-# A leaf has no children: its sums are zero.
-#
-# The cell works on **many nodes at once**, which is what section 4 needs. Its arguments:
+# A leaf has no children: its sums are zero. The cell works on **many nodes at once**
+# (section 4 needs it). Its arguments:
 #
 # * `x`: `(n, input_size)`, one row per node;
 # * `child_h`, `child_c`: `(m, hidden_size)`, one row per child, of all the nodes together;
@@ -669,12 +667,10 @@ def cell_by_hand(model, token, children):
 # Write `encode_recursive(model, tree)` that returns the root's `(h, c)`, each of shape
 # `(1, hidden_size)`, calling `model.cell(...)` **once per node**:
 #
-# * a leaf (an `int` digit `d`): `x = model.embed(torch.tensor([d]))` and no children, that
-#   is `child_h` and `child_c` of shape `(0, hidden_size)` and an empty `parent`
-#   (`torch.zeros(0, dtype=torch.long)`);
-# * an inner node `(op, *args)`: encode every argument first, stack their `h` and `c` into
-#   `(number of args, hidden_size)` tensors, embed `TOKEN[op]`, and call the cell with
-#   `parent` all zeros (every child belongs to row 0).
+# * a leaf `d`: `x = model.embed(torch.tensor([d]))`, `child_h` and `child_c` of shape
+#   `(0, hidden_size)` and `parent = torch.zeros(0, dtype=torch.long)`;
+# * a node `(op, *args)`: encode every argument first, stack their `h` and `c`, embed
+#   `TOKEN[op]`, and call the cell with `parent` all zeros (every child belongs to row 0).
 #
 # Always call `model.cell(...)`, never `model.cell.forward(...)`: the checks count the calls
 # with a hook.
@@ -853,22 +849,18 @@ print("tallest tree:", max(height(t) for t in batch))
 # %% [markdown]
 # ## 4. Level-wise batching
 #
-# A node can run as soon as its children are done. Every leaf can run at once; then every
-# node whose children are all leaves; and so on: all nodes of **height** $k$ (over all the
-# trees of the batch) only need nodes of height less than $k$. So the whole batch needs as
-# many calls of the cell as the **tallest tree's height**, whatever the number of nodes.
+# A node can run as soon as its children are done: all nodes of **height** $k$, over all the
+# trees of a batch, only need nodes of height less than $k$. So a batch needs as many calls
+# of the cell as the **tallest tree's height**, whatever the number of nodes.
 #
 # This schedule, one batch per height, is *depth-based batching*, TensorFlow Fold's (Looks
 # et al., 2017). DyNet's automatic batching (Neubig, Goldberg and Dyer, 2017) batches single
 # operations instead, and by default schedules them with an **agenda** of operations whose
 # inputs are ready, so it may run together operations at different depths.
 #
-# `flatten(trees)` lists the nodes of a batch in post-order (children before their parent)
-# and numbers them 0, 1, 2, ... across all trees:
-#
-# * `tokens[v]`: the token id of node `v` (`TOKEN[...]`; for a digit, the digit itself);
-# * `children[v]`: the list of node ids of its children (empty for a leaf);
-# * `roots[b]`: the node id of tree `b`'s root.
+# `flatten(trees)` numbers the nodes of a batch 0, 1, 2, ... in post-order (children
+# first) and returns `tokens[v]` (node `v`'s token id), `children[v]` (its children's ids)
+# and `roots[b]` (the id of tree `b`'s root).
 
 
 # %%
