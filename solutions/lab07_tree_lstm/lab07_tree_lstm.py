@@ -9,42 +9,27 @@
 # %% [markdown]
 # # Lab 7: Tree-LSTMs, and how to batch a graph that changes with every sample
 #
-# A Tree-LSTM reads a sentence along its parse tree: every node of the tree runs the same
-# LSTM cell on its own input and on the states of its children, from the leaves up to the
-# root. The *shape* of the network is the shape of the tree, so it changes from one sample
-# to the next, while the *parameters* (one cell) stay the same. In a framework that builds
-# the graph as the code runs, such a model is a few lines of recursion. The price is
-# batching: no two trees have the same graph, and in the worst case you train with batch
-# size 1.
+# A Tree-LSTM reads an expression along its parse tree: every node runs the same LSTM cell
+# on its own input and on its children's states, from the leaves up. The network's *shape*
+# is the tree's, so it changes with every sample, while the *parameters* (one cell) stay the
+# same. Built as the code runs, such a model is a few lines of recursion; the price is
+# batching, since no two trees have the same graph. You will (1) generate ListOps trees such
+# as `[MAX 2 9 [MIN 4 7 ] 0 ]` and write their evaluator; (2) write the child-sum Tree-LSTM
+# cell and `gradcheck` it; (3) run it recursively; (4) batch it *level by level*, all nodes
+# of one height across a batch in **one** call; (5) train it against a plain LSTM.
 #
-# In this lab you will:
-#
-# 1. generate ListOps trees, small arithmetic expressions like `[MAX 2 9 [MIN 4 7 ] 0 ]`,
-#    and write their exact evaluator (the labels);
-# 2. write the child-sum Tree-LSTM cell and check its gradients with `gradcheck`;
-# 3. run it recursively, one node at a time;
-# 4. batch it *level by level*: all nodes of the same height, across all the trees of a
-#    batch, go through the cell in **one** call. Same loss, same gradients, far fewer calls;
-# 5. train it, and compare with a plain LSTM that reads the same expression as a sequence.
-#
-# **How this lab works.** Cells marked *exercise* are yours: replace
-# `raise NotImplementedError(...)` with your code. The cell after each exercise is a
-# *check*: run it, and if something is wrong it tells you what, in words. When you submit,
-# the same checks run again with extra hidden cases, so make the code right, not just the
-# printed numbers. Run the notebook top to bottom (*Kernel > Restart and run all*) before
-# you submit.
+# **How this lab works.** Replace `raise NotImplementedError(...)` in each *exercise* cell
+# with your code; the *check* after it says in words what is wrong. On submission the checks
+# run again with hidden cases. Run everything top to bottom before you submit.
 
 # %% nbgrader={"locked": true, "grade_id": "setup"}
 # %course-setup
-import io
 import os
 import random
 import re
 import time
 
 import matplotlib.pyplot as plt
-from livelossplot import PlotLosses
-from livelossplot.outputs import MatplotlibPlot
 from torch import nn
 from torch.nn import functional as F
 from tqdm.auto import tqdm
@@ -83,10 +68,8 @@ print("torch", torch.__version__, "| grading run" if GRADING else "| full run")
 # | `MED` | the median: the middle of the sorted arguments; for an even number of arguments, the **lower** of the two middle ones |
 # | `SUM` | the sum of the arguments, modulo 10 |
 #
-# In Python a tree is either an `int` (a leaf) or a tuple `(operator, arg1, arg2, ...)`.
-# The generator below is seeded, so everyone gets the same data; nesting depth and the
-# number of arguments are bounded. `to_string` and `parse` go between a tree and its
-# bracketed text.
+# In Python a tree is an `int` (a leaf) or a tuple `(operator, arg1, arg2, ...)`. The
+# generator is seeded; `to_string` and `parse` go between a tree and its bracketed text.
 
 # %%
 OPS = ("MIN", "MAX", "MED", "SUM")
@@ -262,12 +245,10 @@ observe(
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# The data. The test set is 2,000 trees from one seed. For training we never run out: the
-# generator makes as many trees as we like, so every training batch is **fresh**, drawn
-# from another seed, skipping any tree whose text is in the test set. The test accuracy is
-# therefore measured on trees the model has never seen. A tree has about 8 nodes on
-# average; its **height** (leaves have height 1, a node is one taller than its tallest
-# child) is between 2 and 5.
+# The data: a test set of 2,000 trees from one seed, and **fresh** training batches from
+# another, skipping any tree whose text is in the test set, so the test accuracy is measured
+# on unseen trees. A tree's **height**: leaves have height 1, a node is one taller than its
+# tallest child. The cell prints the trees' sizes and heights.
 
 
 # %%
@@ -303,10 +284,9 @@ print("nodes per tree, average :", sum(n_nodes(t) for t in test_trees) / len(tes
 # %% [markdown]
 # ## 2. The child-sum Tree-LSTM cell
 #
-# A node $j$ has an input $x_j$ (the embedding of its token: a digit for a leaf, an
-# operator for an inner node) and children $C(j)$ with states $(h_k, c_k)$. Its arguments
-# come in any order and `MIN`, `MAX`, `MED`, `SUM` do not care about the order, so we use
-# the **child-sum** Tree-LSTM (Tai et al., 2015), which adds up the children:
+# A node $j$ has an input $x_j$ (its token's embedding) and children $C(j)$ with states
+# $(h_k, c_k)$. The operators do not care about the order of their arguments, so we use the
+# **child-sum** Tree-LSTM (Tai et al., 2015), which adds up the children:
 #
 # $$\tilde h_j = \sum_{k \in C(j)} h_k$$
 # $$i_j = \sigma(W_i x_j + U_i \tilde h_j + b_i),\quad
@@ -315,9 +295,8 @@ print("nodes per tree, average :", sum(n_nodes(t) for t in test_trees) / len(tes
 # $$f_{jk} = \sigma(W_f x_j + U_f h_k + b_f)\quad\text{one forget gate per child } k$$
 # $$c_j = i_j \odot u_j + \sum_{k \in C(j)} f_{jk} \odot c_k,\qquad h_j = o_j \odot \tanh(c_j)$$
 #
-# A leaf has no children: its sums are zero.
-#
-# The cell works on **many nodes at once**, which is what section 4 needs. Its arguments:
+# A leaf has no children: its sums are zero. The cell works on **many nodes at once**
+# (section 4 needs it). Its arguments:
 #
 # * `x`: `(n, input_size)`, one row per node;
 # * `child_h`, `child_c`: `(m, hidden_size)`, one row per child, of all the nodes together;
@@ -624,22 +603,19 @@ class CallCounter:
         self.module, self.calls = module, 0
 
     def __enter__(self):
-        self.handle = self.module.register_forward_hook(self.hook)
+        self.handle = self.module.register_forward_hook(
+            lambda *_: setattr(self, "calls", self.calls + 1)
+        )
         return self
-
-    def hook(self, module, inputs, output):
-        self.calls += 1
 
     def __exit__(self, *exc):
         self.handle.remove()
 
 
 # %% [markdown]
-# The checks of exercises 3 and 4 run your encoders on a `StandInTreeModel`: a `TreeLSTM`
-# whose cell is a *stand-in*, a fixed function with the same arguments and results as your
-# cell that is not a Tree-LSTM cell. It uses every argument, pairs each child's `h` with its
-# own `c`, and does not care about the order of the children, so the checks see exactly what
-# your encoder hands to the cell, and a mistake in exercise 2 costs points only there.
+# The checks of exercises 3 and 4 run your encoders on a `StandInTreeModel`, whose cell is a
+# fixed *stand-in* with your cell's arguments and results, so a mistake in exercise 2 costs
+# points only there.
 
 
 # %% nbgrader={"locked": true, "grade_id": "stand_in"}
@@ -691,12 +667,10 @@ def cell_by_hand(model, token, children):
 # Write `encode_recursive(model, tree)` that returns the root's `(h, c)`, each of shape
 # `(1, hidden_size)`, calling `model.cell(...)` **once per node**:
 #
-# * a leaf (an `int` digit `d`): `x = model.embed(torch.tensor([d]))` and no children, that
-#   is `child_h` and `child_c` of shape `(0, hidden_size)` and an empty `parent`
-#   (`torch.zeros(0, dtype=torch.long)`);
-# * an inner node `(op, *args)`: encode every argument first, stack their `h` and `c` into
-#   `(number of args, hidden_size)` tensors, embed `TOKEN[op]`, and call the cell with
-#   `parent` all zeros (every child belongs to row 0).
+# * a leaf `d`: `x = model.embed(torch.tensor([d]))`, `child_h` and `child_c` of shape
+#   `(0, hidden_size)` and `parent = torch.zeros(0, dtype=torch.long)`;
+# * a node `(op, *args)`: encode every argument first, stack their `h` and `c`, embed
+#   `TOKEN[op]`, and call the cell with `parent` all zeros (every child belongs to row 0).
 #
 # Always call `model.cell(...)`, never `model.cell.forward(...)`: the checks count the calls
 # with a hook.
@@ -811,14 +785,10 @@ observe(
 
 # %% [markdown]
 # Every cell call added its own nodes to the autograd graph, and `backward()` walks back
-# through all of them. See it on a small tree: on the left `[MAX 2 [MIN 4 7 ] ]`, each node
-# drawn at its height (leaves at 1); on the right, `draw()` of the graph that
-# `encode_recursive` built for it, with a tiny model (hidden size 2) so that only the
-# structure matters. The cell's operations appear five times, once per node of the tree:
-# the copy for `MIN` takes its inputs from the copies for 4 and 7, the copy for `MAX` from
-# those for 2 and `MIN`, down to the root `h` at the bottom. The boxes at the top are the
-# parameters, the same few tensors feeding all five copies, so their gradients add up over
-# the nodes. Another tree builds another graph from the same parameters.
+# through all of them. See it on a small tree, `[MAX 2 [MIN 4 7 ] ]` (each node drawn at its
+# height), and below it `draw()` of the graph that `encode_recursive` built for it with a
+# tiny model. The cell's operations appear five times, once per node; the parameters at the
+# top feed all five copies, so their gradients add up over the nodes.
 
 
 # %%
@@ -853,28 +823,6 @@ def plot_tree(tree, ax):
     ax.set_xticks([])
 
 
-class SideBySide:
-    """A small picture and, beside it, a large one scaled to the width left (two SVG texts);
-    the cell's last expression, so that the notebook shows it."""
-
-    def __init__(self, small, large):
-        self.small = small[small.index("<svg") :]
-        self.large = large[large.index("<svg") :] if large else ""
-
-    def _repr_html_(self):
-        fitted = re.sub(
-            r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1 width="100%"', self.large
-        )
-        return (
-            '<div style="display:flex; gap:24px; align-items:flex-start">'
-            f'<div style="flex:none">{self.small}</div>'
-            f'<div style="flex:1; min-width:0; max-width:900px">{fitted}</div></div>'
-        )
-
-    def __repr__(self):
-        return "<a tree and its autograd graph: display it in a notebook>"
-
-
 small_tree = parse("[MAX 2 [MIN 4 7 ] ]")
 torch.manual_seed(0)
 small_model = TreeLSTM(hidden_size=2, embed_size=2)
@@ -882,11 +830,8 @@ small_h, _ = encode_recursive(small_model, small_tree)
 fig, ax = plt.subplots(figsize=(2.8, 2.6))
 plot_tree(small_tree, ax)
 ax.set_title(to_string(small_tree), fontsize=9)
-tree_svg = io.StringIO()
-fig.savefig(tree_svg, format="svg", bbox_inches="tight")
-plt.close(fig)
-graph_picture = draw(small_h, params=dict(small_model.named_parameters()))
-SideBySide(tree_svg.getvalue(), graph_picture.svg if graph_picture else None)
+plt.show()
+draw(small_h, params=dict(small_model.named_parameters()))
 
 # %% [markdown]
 # For a batch of trees we call `encode_recursive` once per tree and stack the roots:
@@ -904,28 +849,18 @@ print("tallest tree:", max(height(t) for t in batch))
 # %% [markdown]
 # ## 4. Level-wise batching
 #
-# A node can run as soon as its children are done. Every leaf can run at once; then every
-# node whose children are all leaves; and so on: all nodes of **height** $k$ (over all the
-# trees of the batch) only need nodes of height less than $k$. So the whole batch needs as
-# many calls of the cell as the **tallest tree's height**, whatever the number of nodes.
+# A node can run as soon as its children are done: all nodes of **height** $k$, over all the
+# trees of a batch, only need nodes of height less than $k$. So a batch needs as many calls
+# of the cell as the **tallest tree's height**, whatever the number of nodes.
 #
-# This schedule, one batch per height, is *depth-based batching*: TensorFlow Fold batches
-# this way (Looks et al., 2017, where the "depth" of a node is what we call its height).
-# DyNet's automatic batching (Neubig, Goldberg and Dyer, 2017; switched on with
-# `--dynet-autobatch 1`) batches single operations rather than whole cells, and by default
-# it schedules them differently, with an **agenda**: it keeps the operations whose inputs
-# are all computed, groups them by signature (the same operation on the same shapes), and
-# runs one group at a time, choosing by a heuristic: first the group whose signature has the
-# lowest average depth in the whole graph. So it may run together operations that sit at
-# different depths, which a depth schedule never does. Depth-based batching is there too,
-# as DyNet's other strategy.
+# This schedule, one batch per height, is *depth-based batching*, TensorFlow Fold's (Looks
+# et al., 2017). DyNet's automatic batching (Neubig, Goldberg and Dyer, 2017) batches single
+# operations instead, and by default schedules them with an **agenda** of operations whose
+# inputs are ready, so it may run together operations at different depths.
 #
-# `flatten(trees)` lists the nodes of a batch in post-order (children before their parent)
-# and numbers them 0, 1, 2, ... across all trees:
-#
-# * `tokens[v]`: the token id of node `v` (`TOKEN[...]`; for a digit, the digit itself);
-# * `children[v]`: the list of node ids of its children (empty for a leaf);
-# * `roots[b]`: the node id of tree `b`'s root.
+# `flatten(trees)` numbers the nodes of a batch 0, 1, 2, ... in post-order (children
+# first) and returns `tokens[v]` (node `v`'s token id), `children[v]` (its children's ids)
+# and `roots[b]` (the id of tree `b`'s root).
 
 
 # %%
@@ -963,20 +898,18 @@ print("roots:", toy_roots)
 #
 # 1. `tokens, children, roots = flatten(trees)`; compute every node's height (post-order
 #    means a node's children have their heights already when you reach it);
-# 2. keep the states of finished nodes: for example `h_all = torch.zeros(N, H)` and the same
-#    for `c`, updated after each level with `h_all = h_all.index_copy(0, level_ids, h)`.
-#    This update is **out of place** (a new tensor each time), the safe habit. Writing in
-#    place, `h_all[level_ids] = h`, happens to work here, because reading rows by index saves
-#    only the indices for backward; but writing in place into a tensor that autograd saved
-#    for its backward pass (the input of a multiplication, say) makes `backward()` fail;
+# 2. keep the finished nodes' states in `h_all = torch.zeros(N, H)` (and `c_all`), updated
+#    after each level **out of place**, `h_all = h_all.index_copy(0, level_ids, h)`. Writing
+#    in place, `h_all[level_ids] = h`, happens to work here, because reading rows by index
+#    saves only the indices for backward; but writing in place into a tensor that autograd
+#    saved for its backward pass (the input of a multiplication, say) makes `backward()` fail;
 # 3. for each height $k = 1, 2, \dots$: take the nodes of that height, embed their tokens,
 #    gather their children's states (`h_all[child_ids]`), build `parent` (position of each
 #    child's node within the level), and call the cell once;
 # 4. return the rows of the roots.
 #
-# The checks run your encoder on a `StandInTreeModel`, compare the roots, the loss and
-# **every gradient** with the same trees unrolled by hand (`cell_by_hand`, one call per
-# node), and count the calls and the nodes in each.
+# The checks compare the roots, the loss and **every gradient** with the trees unrolled by
+# hand (`cell_by_hand`), and count the calls and their nodes.
 
 
 # %% nbgrader={"solution": true, "grade_id": "encode_batched"}
@@ -1165,9 +1098,8 @@ observe(
 # %% [markdown]
 # ## 5. How much faster?
 #
-# One training step (forward, backward, Adam step) on the same 128 trees, both ways. The
-# numbers depend on your machine; `benchmarks/tree_lstm.py` in the course repository measures
-# batch sizes 1, 32 and 128 more carefully.
+# One training step (forward, backward, Adam step) on the same 128 trees, both ways, on your
+# machine (`benchmarks/tree_lstm.py` in the course repository measures more carefully).
 
 
 # %%
@@ -1198,12 +1130,10 @@ print(f"level-batched : {bat_speed:8.0f} trees/s   ({bat_speed / rec_speed:.1f}x
 # %% [markdown]
 # ## 6. Training, and a sequential baseline
 #
-# We train the level-batched Tree-LSTM for a fixed time budget (Adam, batches of 128 fresh
-# trees, the learning rate decaying linearly), then a plain LSTM on the same expressions
-# read left to right as tokens, brackets included. The LSTM has to discover the tree
-# structure from the brackets; the Tree-LSTM is given it. Under grading the runs are a few
-# seconds long and the accuracies mean little; run the notebook yourself for the full
-# budget (3 minutes for the Tree-LSTM, 2 for the LSTM).
+# The level-batched Tree-LSTM trains for a fixed time (Adam, fresh batches of 128, a
+# linearly decaying learning rate), then a plain LSTM on the same expressions read as
+# tokens, brackets included: it must discover the structure the Tree-LSTM is given. Under
+# grading the runs are seconds long; your own run takes the full budget (3 minutes and 2).
 
 
 # %%
@@ -1231,15 +1161,10 @@ class SeqLSTM(nn.Module):
 
 
 def train(logits_fn, params, seconds, batch=128, lr=3e-3, name="model"):
-    """Adam for `seconds` of wall time, with a progress bar and a live loss plot."""
+    """Adam for `seconds` of wall time, with a progress bar."""
     opt = torch.optim.Adam(params, lr=lr)
-    live = None if GRADING else PlotLosses(outputs=[MatplotlibPlot(cell_size=(6, 3))])
     losses, start = [], time.perf_counter()
-
-    def bar_from(now):  # a redraw of the plot clears the cell, so a new bar follows each
-        return tqdm(total=seconds, initial=now, desc=f"training {name}", unit="s", disable=GRADING)
-
-    bar = bar_from(0)
+    bar = tqdm(total=seconds, desc=f"training {name}", unit="s", disable=GRADING)
     while (elapsed := time.perf_counter() - start) < seconds:
         for group in opt.param_groups:
             group["lr"] = lr * (1 - 0.95 * elapsed / seconds)
@@ -1250,11 +1175,6 @@ def train(logits_fn, params, seconds, batch=128, lr=3e-3, name="model"):
         opt.step()
         losses.append(loss.item())
         if len(losses) % 100 == 0:
-            if live is not None:
-                bar.close()
-                live.update({"loss": sum(losses[-100:]) / 100})
-                live.send()
-                bar = bar_from(round(bar.n, 1))
             bar.update(round(min(elapsed, seconds) - bar.n, 1))
             bar.set_postfix(loss=f"{sum(losses[-100:]) / 100:.3f}")
     bar.close()
@@ -1295,11 +1215,9 @@ plt.show()
 # %% [markdown]
 # ## What you have seen
 #
-# * A Tree-LSTM's graph follows each sample's tree; the same cell, with the same parameters,
-#   runs at every node, and autograd adds up its gradients from all of them.
-# * Run naively, the cell is called once per node, on a single row: batch size 1.
-# * Grouping the nodes by height runs a whole batch of different trees in as many calls as
-#   the tallest tree is high, with the same loss and gradients, to rounding. That is
-#   depth-based batching, TensorFlow Fold's schedule; DyNet's default autobatching keeps an
-#   agenda of ready operations instead, and can batch across heights.
+# * A Tree-LSTM's graph follows each sample's tree; one cell runs at every node, and autograd
+#   adds up its gradients from all of them. Run naively, that is one call per node.
+# * Grouping the nodes by height runs a batch of different trees in as many calls as the
+#   tallest tree is high, with the same loss and gradients, to rounding (depth-based
+#   batching, as in TensorFlow Fold).
 # * `gradcheck` (in float64) is the quick way to trust a hand-written cell.

@@ -1,0 +1,453 @@
+"""Claims of lab 8 (under the hood: a NumPy autograd; torch.compile and control flow).
+
+Each test quotes one sentence of the lab and checks it on the installed torch. The compiler
+tests compile tiny functions with backend="eager" or a backend that keeps the graphs, so the
+file runs in a few seconds.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+from claims import claim
+from torch import nn
+
+LAB = "lab08_under_the_hood"
+logging.getLogger("torch._dynamo").setLevel(logging.ERROR)
+
+
+class DynamicNet(nn.Module):
+    """The course's DynamicNet, as lab 8 shows it."""
+
+    def __init__(self, d_in=784, hidden=100, d_out=10, max_depth=3, seed=None):
+        super().__init__()
+        self.input_linear = nn.Linear(d_in, hidden)
+        self.middle_linear = nn.Linear(hidden, hidden)
+        self.output_linear = nn.Linear(hidden, d_out)
+        self.max_depth = max_depth
+        self.rng = random.Random(seed)
+        self.last_depth = None
+
+    def forward(self, x, depth=None):
+        if depth is None:
+            depth = self.rng.randint(0, self.max_depth)
+        self.last_depth = depth
+        h = F.relu(self.input_linear(x.flatten(1)))
+        for _ in range(depth):
+            h = F.relu(self.middle_linear(h))
+        return F.log_softmax(self.output_linear(h), dim=1)
+
+
+def graphs_of(fn, *args, **kwargs):
+    """The graphs torch.compile hands to its backend for fn(*args)."""
+    kept = []
+
+    def keep(graph_module, example_inputs):
+        kept.append(graph_module)
+        return graph_module.forward
+
+    torch.compiler.reset()
+    torch.compile(fn, backend=keep)(*args, **kwargs)
+    return kept
+
+
+def depth_of(net, x, y):
+    return [d for d in range(net.max_depth + 1) if torch.allclose(y, net(x, depth=d))]
+
+
+def grow(x, w):
+    while x.norm() < 10:
+        x = x + torch.relu(x @ w) + 0.5
+    return x
+
+
+def grow_while(x, w):
+    (x,) = torch.while_loop(lambda x: x.norm() < 10, lambda x: (x + torch.relu(x @ w) + 0.5,), (x,))
+    return x
+
+
+def branchy(x, w1, w2):
+    if x.sum() > 0:
+        return torch.tanh(x @ w1)
+    return torch.relu(x @ w2)
+
+
+def branchy_cond(x, w1, w2):
+    return torch.cond(
+        x.sum() > 0,
+        lambda x, a, b: torch.tanh(x @ a),
+        lambda x, a, b: torch.relu(x @ b),
+        (x, w1, w2),
+    )
+
+
+# ------------------------------------------------------------------ part A: PyTorch's graph
+@claim(
+    LAB,
+    "PyTorch links graph *nodes* instead: `grad_fn.next_functions` holds the parents' nodes "
+    "(a leaf's is an `AccumulateGrad` node), not their tensors; a tensor that a backward "
+    "formula needs is kept on the node as a *saved tensor*",
+)
+def test_next_functions_hold_nodes_and_saved_tensors_hold_tensors():
+    a = torch.randn(3, requires_grad=True)
+    b = torch.randn(3, requires_grad=True)
+    t = a * 2
+    out = t * b
+    parents = [node for node, _ in out.grad_fn.next_functions]
+    assert not any(isinstance(p, torch.Tensor) for p in parents)
+    assert parents[0] is t.grad_fn
+    assert type(parents[1]).__name__ == "AccumulateGrad" and parents[1].variable is b
+    assert torch.equal(out.grad_fn._saved_self, t) and torch.equal(out.grad_fn._saved_other, b)
+
+
+@claim(LAB, "which raises the same error PyTorch raises when you go backwards twice")
+def test_second_backward_raises_runtime_error():
+    w = torch.tensor(2.0, requires_grad=True)
+    y = w**3
+    y.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        y.backward()
+
+
+@claim(LAB, "like PyTorch, two backward passes accumulate")
+def test_two_backward_passes_accumulate():
+    w = torch.tensor(2.0, requires_grad=True)
+    y = w**3
+    y.backward(retain_graph=True)
+    y.backward()
+    assert w.grad.item() == 24.0
+
+
+@claim(LAB, "Gradients of intermediate tensors stay in your dict and are dropped, as in PyTorch")
+def test_intermediate_grads_are_dropped_unless_retained():
+    u = torch.tensor(2.0, requires_grad=True)
+    mid, kept = u * 3, u * 3
+    kept.retain_grad()
+    with pytest.warns(UserWarning):
+        (mid * kept).backward()
+        assert mid.grad is None
+    assert kept.grad is not None
+
+
+@claim(LAB, "(x^2 + y)\\,z$ at $(-2, 2, 3)$ should give $(-12, 3, 6)$")
+def test_lab2_function_gradients():
+    x, y, z = (torch.tensor(v, requires_grad=True) for v in (-2.0, 2.0, 3.0))
+    ((x**2 + y) * z).backward()
+    assert [x.grad.item(), y.grad.item(), z.grad.item()] == [-12.0, 3.0, 6.0]
+
+
+@claim(LAB, "relu exactly at 0 (PyTorch's gradient there is 0)")
+def test_relu_gradient_at_zero_is_zero():
+    a = torch.zeros(3, requires_grad=True)
+    torch.relu(a).sum().backward()
+    assert torch.equal(a.grad, torch.zeros(3))
+
+
+# ------------------------------------------------------------------ part B: the compiler
+@claim(LAB, "The graph stops at the `for` line")
+def test_dynamicnet_breaks_at_the_loop():
+    from torch._dynamo import explain
+
+    torch.compiler.reset()
+    report = explain(DynamicNet(4, 6, 3, seed=0))(torch.randn(5, 4))
+    assert report.graph_count == 2 and report.graph_break_count == 1
+    assert "range(depth)" in report.break_reasons[0].user_stack[-1].line
+
+
+@claim(
+    LAB,
+    "With torch 2.14.1, the version this lab was written with, it does: every compiled call "
+    "runs the depth of the first throw, and nothing warns. TorchDynamo made the draw "
+    "`self.rng.randint(0, 3)` once, while tracing the first call, and kept the number; the "
+    "model's `rng` is not called again.",
+)
+def test_compiled_dynamicnet_freezes_its_random_random_draw():
+    if torch.__version__.split("+")[0] != "2.14.1":
+        pytest.skip("the sentence is about torch 2.14.1")
+    torch.compiler.reset()
+    net, x = DynamicNet(4, 6, 3, seed=1), torch.randn(5, 4)
+    draws = random.Random(1)
+    expected = [draws.randint(0, 3) for _ in range(6)]
+    assert len(set(expected)) > 1  # eager draws differ
+    compiled = torch.compile(net, backend="eager")
+    with torch.no_grad():
+        depths = [depth_of(net, x, compiled(x)) for _ in range(6)]
+    assert depths == [[expected[0]]] * 6
+    assert net.rng.randint(0, 3) == expected[1]  # the rng was drawn from once only
+
+
+@claim(
+    LAB,
+    "`random.randint(0, 3)` is drawn anew on every call, and `x * random.randint(0, 3)` "
+    "compiles into one graph",
+)
+def test_module_random_is_redrawn_and_kept_in_one_graph():
+    def scaled(x):
+        return x * random.randint(0, 3)
+
+    assert len(graphs_of(scaled, torch.ones(1))) == 1
+    torch.compiler.reset()
+    compiled = torch.compile(scaled, backend="eager")
+    random.seed(0)
+    got = [compiled(torch.ones(1)).item() for _ in range(12)]
+    random.seed(0)
+    assert got == [float(random.randint(0, 3)) for _ in range(12)]
+
+
+@claim(
+    LAB,
+    "One graph per depth, and no break: the compiler specialises a graph on the value of a "
+    "Python `int` argument, guards on it, and compiles again (a *recompilation*) when a call "
+    "brings a value it has no graph for; after that each depth reuses its own graph.",
+)
+def test_depth_argument_one_graph_per_value():
+    net, x = DynamicNet(4, 6, 3, seed=0), torch.randn(5, 4)
+    kept, ran = [], []
+
+    def keep(graph_module, example_inputs):
+        number = len(kept)
+        kept.append(graph_module)
+        return lambda *args: ran.append(number) or graph_module.forward(*args)
+
+    torch.compiler.reset()
+    compiled = torch.compile(net, backend=keep)
+    with torch.no_grad():
+        for d in [0, 1, 2, 3, 2, 0, 3, 1]:
+            ran.clear()
+            assert torch.allclose(compiled(x, depth=d), net(x, depth=d))
+            assert len(ran) == 1  # one graph per call: no break
+    assert len(kept) == 4
+
+
+@claim(LAB, "`fullgraph=True` turns every graph break into an error")
+def test_fullgraph_turns_a_break_into_an_error():
+    w = torch.randn(4, 2)
+    torch.compiler.reset()
+    with pytest.raises(Exception, match="(?i)data-dependent|graph break|unsupported"):
+        torch.compile(branchy, backend="eager", fullgraph=True)(torch.randn(5, 4), w, w)
+    assert len(graphs_of(branchy, torch.randn(5, 4), w, w)) >= 2  # without it: a break
+
+
+@claim(LAB, "its condition is a tensor, known only when the data is there")
+def test_grow_breaks_the_graph():
+    from torch._dynamo import explain
+
+    torch.compiler.reset()
+    report = explain(grow)(torch.randn(1, 4), torch.randn(4, 4) * 0.3)
+    assert report.graph_break_count >= 1
+
+
+@claim(
+    LAB,
+    "and two functions of the same operands that return tensors of the **same shape and dtype**",
+)
+def test_cond_branches_must_agree_in_shape():
+    with pytest.raises(Exception):  # noqa: B017 (the class is internal)
+        torch.cond(torch.tensor(True), lambda x: x, lambda x: x[:1], (torch.randn(3),))
+
+
+@claim(LAB, "Both branches are traced into the graph; which one runs is decided at run time.")
+def test_cond_keeps_both_branches_in_one_graph():
+    w1, w2 = torch.randn(4, 2), torch.randn(4, 2)
+    (graph,) = graphs_of(branchy_cond, torch.randn(5, 4), w1, w2)
+    assert len(list(graph.named_children())) == 2
+    torch.compiler.reset()
+    compiled = torch.compile(branchy_cond, backend="eager", fullgraph=True)
+    for x in (torch.rand(5, 4), -torch.rand(5, 4)):
+        assert torch.allclose(compiled(x, w1, w2), branchy(x, w1, w2))
+
+
+@claim(
+    LAB,
+    "Its documentation calls it a *prototype* feature, with limited support for input and "
+    "output types.",
+)
+def test_cond_documentation_says_prototype():
+    doc = " ".join(torch.cond.__doc__.split())
+    assert "prototype feature" in doc and "limited support for input and output types" in doc
+
+
+@claim(LAB, "`torch.where` takes a 0-d boolean tensor as its condition")
+def test_where_takes_a_0d_condition():
+    got = torch.where(torch.tensor(False), torch.ones(2, 3), torch.zeros(2, 3))
+    assert torch.equal(got, torch.zeros(2, 3))
+
+
+@claim(LAB, "`torch.export.export` traces **non-strict** by default")
+def test_export_is_non_strict_by_default():
+    assert inspect.signature(torch.export.export).parameters["strict"].default is False
+
+
+@claim(LAB, "it runs your Python code once, as in eager mode")
+def test_non_strict_export_runs_forward_once():
+    class Counted(nn.Module):
+        calls = 0
+
+        def forward(self, x):
+            Counted.calls += 1
+            return x * 2
+
+    torch.export.export(Counted(), (torch.randn(2),))
+    assert Counted.calls == 1
+
+
+@claim(LAB, "so exporting `branchy` stops with an error, in both modes")
+def test_exporting_branchy_fails_in_both_modes():
+    class Branchy(nn.Module):
+        def forward(self, x):
+            return branchy(x, torch.ones(4, 2), torch.ones(4, 2))
+
+    for strict in (False, True):
+        with pytest.raises(Exception):  # noqa: B017 (the classes differ between the modes)
+            torch.export.export(Branchy(), (torch.randn(5, 4),), strict=strict)
+
+
+@claim(
+    LAB,
+    "Export DynamicNet without `strict`: its die is thrown once, and no error says so "
+    "(with `strict=True`, export refuses it).",
+)
+def test_export_bakes_dynamicnet_depth_and_strict_refuses():
+    net, x = DynamicNet(4, 6, 3, seed=0), torch.randn(5, 4)
+    program = torch.export.export(net, (x,))
+    layers = [n for n in program.graph.nodes if n.target is torch.ops.aten.linear.default]
+    module = program.module()
+    for _ in range(4):  # the same depth every time, the one baked into the program
+        assert depth_of(net, x, module(x)) == [len(layers) - 2]
+    with pytest.raises(Exception):  # noqa: B017 (an internal assertion on 2.14.1)
+        torch.export.export(DynamicNet(4, 6, 3, seed=0), (x,), strict=True)
+
+
+@claim(
+    LAB,
+    "the branch that did not run gives its weight a gradient of zeros, where eager "
+    "`branchy` gives `None`",
+)
+def test_cond_gives_zeros_where_eager_gives_none():
+    w1, w2 = torch.randn(4, 2, requires_grad=True), torch.randn(4, 2, requires_grad=True)
+    x = torch.rand(5, 4)
+    (g_cond,) = torch.autograd.grad(branchy_cond(x, w1, w2).sum(), [w2])
+    assert torch.equal(g_cond, torch.zeros(4, 2))
+    (g_eager,) = torch.autograd.grad(branchy(x, w1, w2).sum(), [w2], allow_unused=True)
+    assert g_eager is None
+
+
+@claim(LAB, "the compiler unrolled all `max_steps` steps, and every call runs them all")
+def test_bounded_loop_is_unrolled():
+    def bounded(x, w, max_steps=5):
+        for _ in range(max_steps):
+            x = torch.where(x.norm() < 10, x + torch.relu(x @ w) + 0.5, x)
+        return x
+
+    (graph,) = graphs_of(bounded, torch.randn(1, 4), torch.randn(4, 4))
+    names = [getattr(n.target, "__name__", "") for n in graph.graph.nodes]
+    assert names.count("where") == 5
+
+
+@claim(LAB, "Its documentation calls it a *prototype* feature that does not support training yet.")
+def test_while_loop_documentation():
+    doc = " ".join(torch.while_loop.__doc__.split())
+    assert "prototype feature" in doc and "doesn't support training" in doc
+
+
+@claim(LAB, "Outside `torch.compile`, it compiles its functions itself on the first call")
+def test_eager_while_loop_compiles_on_first_call():
+    from torch._dynamo.utils import counters
+
+    torch.compiler.reset()
+    counters.clear()
+    w = torch.randn(4, 4) * 0.3
+    x = torch.randn(1, 4)
+    assert torch.allclose(grow_while(x, w), grow(x, w))
+    assert counters["stats"]["unique_graphs"] >= 1
+
+
+@claim(
+    LAB,
+    "the compiler keeps the whole loop as **one** operation of the graph, with the "
+    "condition and the body as subgraphs",
+)
+def test_while_loop_is_one_operation_with_two_subgraphs():
+    (graph,) = graphs_of(grow_while, torch.randn(1, 4), torch.randn(4, 4) * 0.3)
+    names = [
+        getattr(n.target, "__name__", str(n.target))
+        for n in graph.graph.nodes
+        if n.op == "call_function"
+    ]
+    assert names.count("while_loop") == 1
+    assert len(list(graph.named_children())) == 2
+
+
+@pytest.mark.parametrize(
+    "body, condition",
+    [
+        (lambda x: (torch.cat([x, x + 0.5]),), lambda x: x.norm() < 10),  # the state grows
+        (lambda x: (x + 0.5,), lambda x: 10 - x.norm()),  # a float condition
+    ],
+)
+@claim(LAB, "Break its rules and it refuses")
+def test_while_loop_refuses_a_growing_state_or_a_float_condition(body, condition):
+    with pytest.raises(Exception):  # noqa: B017 (the class is internal)
+        torch.while_loop(condition, body, (torch.randn(1, 4),))
+
+
+@claim(
+    LAB,
+    "With torch 2.14.1 the last line shows a large difference: `while_loop`'s gradient of `w` "
+    "is wrong here, and nothing warns (it comes out right when the carried `x` requires a "
+    "gradient too).",
+)
+def test_while_loop_gradient_of_a_closed_over_weight():
+    if torch.__version__.split("+")[0] != "2.14.1":
+        pytest.skip("the sentence is about torch 2.14.1")
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(1, 4, generator=gen), torch.randn(4, 4, generator=gen) * 0.3
+    w = w.requires_grad_()
+    (want,) = torch.autograd.grad(grow(x, w).sum(), w)
+    (got,) = torch.autograd.grad(grow_while(x, w).sum(), w)
+    assert (got - want).abs().max() > 1.0
+    xr = x.clone().requires_grad_()
+    (want,) = torch.autograd.grad(grow(xr, w).sum(), w)
+    (got,) = torch.autograd.grad(grow_while(xr, w).sum(), w)
+    assert torch.allclose(got, want, atol=1e-5)
+
+
+@claim(LAB, "It is `None` for a leaf, like `grad_fn`.")
+def test_a_leaf_has_no_grad_fn():
+    leaf = torch.randn(2, requires_grad=True)
+    assert leaf.grad_fn is None and (leaf * 2).grad_fn is not None
+
+
+@claim(LAB, "`no_grad()` switches it off, like `torch.no_grad()`")
+def test_no_grad_records_no_graph():
+    w = torch.randn(2, requires_grad=True)
+    with torch.no_grad():
+        out = torch.tanh(w * 2)
+    assert out.grad_fn is None and not out.requires_grad
+
+
+@claim(LAB, "The gradient of the bias is then the sum of those 5 uses")
+def test_broadcast_bias_gradient_is_the_sum_over_rows():
+    bias = torch.zeros(3, requires_grad=True)
+    grad = torch.randn(5, 3)
+    (torch.ones(5, 3) + bias).backward(grad)
+    assert torch.allclose(bias.grad, grad.sum(0))
+
+
+@claim(LAB, "A second graph holds the rest, unrolled for the depth that was drawn.")
+def test_second_graph_is_unrolled_for_the_drawn_depth():
+    net = DynamicNet(4, 6, 3, seed=0)
+    first, second = graphs_of(net, torch.randn(5, 4))
+    linears = [n for n in second.graph.nodes if getattr(n.target, "__name__", "") == "linear"]
+    assert len(linears) == net.last_depth + 1  # the middle layers and the output layer
+
+
+@claim(LAB, "In eager mode it returns a tensor with a `grad_fn` all the same")
+def test_eager_while_loop_output_has_a_grad_fn():
+    w = (torch.randn(4, 4) * 0.3).requires_grad_()
+    assert grow_while(torch.randn(1, 4), w).grad_fn is not None
