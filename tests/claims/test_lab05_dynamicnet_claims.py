@@ -387,7 +387,7 @@ def test_with_100_units_nll_loss_picks_the_labels_entry_of_a_softmax_over_100():
 
 @claim(
     LAB,
-    "Scores below zero become exactly 0, so the model cannot say \"certainly not a 7\" with a "
+    'Scores below zero become exactly 0, so the model cannot say "certainly not a 7" with a '
     "negative score, and a row of zeros becomes a uniform guess after `log_softmax`.",
 )
 def test_relu_clips_scores_and_a_zero_row_is_uniform():
@@ -503,3 +503,67 @@ def test_summary_state_dict_needs_the_same_names_and_shapes():
     LoopNet().load_state_dict(state)  # same names and shapes: loads
     with pytest.raises(RuntimeError, match="size mismatch"):
         LoopNet(hidden=7).load_state_dict(state)
+
+
+def with_output_relu(model):
+    model.output_linear = nn.Sequential(model.output_linear, nn.ReLU())
+    return model
+
+
+@claim(
+    LAB,
+    "for each seed, the two runs start from the same weights, see the same batches and depths, "
+    "and differ in the ReLU alone.",
+)
+def test_with_output_relu_keeps_the_seeds_weights_and_draws():
+    torch.manual_seed(3)
+    plain = DynamicNet(20, 6, 4, seed=3)
+    torch.manual_seed(3)
+    wrapped = with_output_relu(DynamicNet(20, 6, 4, seed=3))
+    assert [t.shape for t in wrapped.parameters()] == [t.shape for t in plain.parameters()]
+    assert all(
+        torch.equal(a, b) for a, b in zip(plain.parameters(), wrapped.parameters(), strict=True)
+    )
+    x = torch.randn(5, 20)
+    for _ in range(6):
+        a, b = plain(x), wrapped(x)
+        assert plain.last_depth == wrapped.last_depth
+        scores = plain.output_linear(_hidden(plain, x, plain.last_depth))
+        torch.testing.assert_close(a, F.log_softmax(scores, dim=1))
+        torch.testing.assert_close(b, F.log_softmax(F.relu(scores), dim=1))
+
+
+def _hidden(net, x, depth):
+    h = F.relu(net.input_linear(x))
+    for _ in range(depth):
+        h = F.relu(net.middle_linear(h))
+    return h
+
+
+class BranchingNet(nn.Module):
+    def __init__(self, d_in=784, hidden=100, wide=300, d_out=10, seed=None):
+        super().__init__()
+        self.input_linear = nn.Linear(d_in, hidden)
+        self.middle_wide = nn.Linear(hidden, wide)
+        self.middle_back = nn.Linear(wide, hidden)
+        self.middle_same = nn.Linear(hidden, hidden)
+        self.output_linear = nn.Linear(hidden, d_out)
+        self.rng = random.Random(seed)
+
+
+class OtherForward(BranchingNet):
+    def forward(self, x, coin=None):
+        return self.output_linear(self.input_linear(x))
+
+
+@claim(
+    LAB,
+    "All four share `BranchingNet.__init__`, so for each seed they start from the same weights.",
+)
+def test_subclasses_sharing_init_start_from_the_same_weights_under_one_seed():
+    made = []
+    for make in (BranchingNet, OtherForward, lambda: with_output_relu(OtherForward())):
+        torch.manual_seed(4)
+        made.append(list(make().parameters()))
+    for params in made[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(made[0], params, strict=True))
