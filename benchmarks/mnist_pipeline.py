@@ -39,17 +39,24 @@ MEAN, STD = 0.1307, 0.3081
 
 
 class DynamicNet(nn.Module):
-    """Lab 5's model: 0 to 3 passes through one shared middle layer, drawn per batch."""
+    """The course's DynamicNet (labs 5, 6, 8, 9): 0 to max_depth passes through one shared
+    middle layer, drawn per batch from `self.rng`."""
 
-    def __init__(self, d_in=784, hidden=HIDDEN, d_out=10):
+    def __init__(self, d_in=784, hidden=HIDDEN, d_out=10, max_depth=3, seed=None):
         super().__init__()
         self.input_linear = nn.Linear(d_in, hidden)
         self.middle_linear = nn.Linear(hidden, hidden)
         self.output_linear = nn.Linear(hidden, d_out)
+        self.max_depth = max_depth
+        self.rng = random.Random(seed)
+        self.last_depth = None
 
-    def forward(self, x, rng=random):
-        h = F.relu(self.input_linear(x.reshape(-1, 784)))
-        for _ in range(rng.randint(0, 3)):
+    def forward(self, x, depth=None):
+        if depth is None:
+            depth = self.rng.randint(0, self.max_depth)
+        self.last_depth = depth
+        h = F.relu(self.input_linear(x.flatten(1)))
+        for _ in range(depth):
             h = F.relu(self.middle_linear(h))
         return F.log_softmax(self.output_linear(h), dim=1)
 
@@ -61,8 +68,9 @@ def fresh(seed=SEED):
 
 
 def step(model, optimizer, data, target, rng):
+    model.rng = rng  # the depths come from the run's generator, the same in both pipelines
     optimizer.zero_grad()
-    F.nll_loss(model(data, rng), target).backward()
+    F.nll_loss(model(data), target).backward()
     optimizer.step()
 
 
