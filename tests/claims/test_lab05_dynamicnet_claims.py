@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from claims import REPO, claim
+from claims import REPO, claim, lab_class
 from torch import nn
 
 LAB = "lab05_dynamicnet"
@@ -47,26 +47,7 @@ def original_runs() -> tuple[str, str]:
     return text[:split], text[split:]
 
 
-class DynamicNet(nn.Module):
-    """The course's DynamicNet, as lab 5's solution writes it."""
-
-    def __init__(self, d_in=784, hidden=100, d_out=10, max_depth=3, seed=None):
-        super().__init__()
-        self.input_linear = nn.Linear(d_in, hidden)
-        self.middle_linear = nn.Linear(hidden, hidden)
-        self.output_linear = nn.Linear(hidden, d_out)
-        self.max_depth = max_depth
-        self.rng = random.Random(seed)
-        self.last_depth = None
-
-    def forward(self, x, depth=None):
-        if depth is None:
-            depth = self.rng.randint(0, self.max_depth)
-        self.last_depth = depth
-        h = F.relu(self.input_linear(x.flatten(1)))
-        for _ in range(depth):
-            h = F.relu(self.middle_linear(h))
-        return F.log_softmax(self.output_linear(h), dim=1)
+DynamicNet = lab_class(LAB, "DynamicNet")
 
 
 def count_nodes(tensor):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import random
 from collections import OrderedDict
 from fractions import Fraction
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from claims import REPO, claim
+from claims import REPO, claim, lab_class
 from torch import nn
 
 LAB = "lab06_dynamic_training"
@@ -28,26 +27,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-class DynamicNet(nn.Module):
-    """The course's DynamicNet, as lab 6 shows it."""
-
-    def __init__(self, d_in=784, hidden=100, d_out=10, max_depth=3, seed=None):
-        super().__init__()
-        self.input_linear = nn.Linear(d_in, hidden)
-        self.middle_linear = nn.Linear(hidden, hidden)
-        self.output_linear = nn.Linear(hidden, d_out)
-        self.max_depth = max_depth
-        self.rng = random.Random(seed)
-        self.last_depth = None
-
-    def forward(self, x, depth=None):
-        if depth is None:
-            depth = self.rng.randint(0, self.max_depth)
-        self.last_depth = depth
-        h = F.relu(self.input_linear(x.flatten(1)))
-        for _ in range(depth):
-            h = F.relu(self.middle_linear(h))
-        return F.log_softmax(self.output_linear(h), dim=1)
+DynamicNet = lab_class(LAB, "DynamicNet")
 
 
 class TwoBranch(nn.Module):

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-import random
 import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
-from claims import claim
+from claims import claim, lab_class
 from torch import nn
 from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
@@ -19,26 +18,7 @@ from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 LAB = "lab09_hooks_func"
 
 
-class DynamicNet(nn.Module):
-    """The course's DynamicNet, as the lab shows it."""
-
-    def __init__(self, d_in=784, hidden=100, d_out=10, max_depth=3, seed=None):
-        super().__init__()
-        self.input_linear = nn.Linear(d_in, hidden)
-        self.middle_linear = nn.Linear(hidden, hidden)
-        self.output_linear = nn.Linear(hidden, d_out)
-        self.max_depth = max_depth
-        self.rng = random.Random(seed)
-        self.last_depth = None
-
-    def forward(self, x, depth=None):
-        if depth is None:
-            depth = self.rng.randint(0, self.max_depth)
-        self.last_depth = depth
-        h = F.relu(self.input_linear(x.flatten(1)))
-        for _ in range(depth):
-            h = F.relu(self.middle_linear(h))
-        return F.log_softmax(self.output_linear(h), dim=1)
+DynamicNet = lab_class(LAB, "DynamicNet")
 
 
 def segmented_forward(model, x, depth, segments):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import random
 import warnings
 
 import pytest
@@ -12,8 +11,7 @@ import torch.autograd.forward_ad as fwAD
 import torch.autograd.functional as AF
 import torch.func
 import torch.nn.functional as F
-from claims import claim
-from torch import nn
+from claims import claim, lab_class
 
 LAB = "lab10_forward_func"
 
@@ -23,26 +21,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated
 # ---------------------------------------------------------------- helpers
 
 
-class DynamicNet(nn.Module):
-    """The course's DynamicNet, as the lab shows it."""
-
-    def __init__(self, d_in=784, hidden=100, d_out=10, max_depth=3, seed=None):
-        super().__init__()
-        self.input_linear = nn.Linear(d_in, hidden)
-        self.middle_linear = nn.Linear(hidden, hidden)
-        self.output_linear = nn.Linear(hidden, d_out)
-        self.max_depth = max_depth
-        self.rng = random.Random(seed)
-        self.last_depth = None
-
-    def forward(self, x, depth=None):
-        if depth is None:
-            depth = self.rng.randint(0, self.max_depth)
-        self.last_depth = depth
-        h = F.relu(self.input_linear(x.flatten(1)))
-        for _ in range(depth):
-            h = F.relu(self.middle_linear(h))
-        return F.log_softmax(self.output_linear(h), dim=1)
+DynamicNet = lab_class(LAB, "DynamicNet")
 
 
 def softsign_function(*, save_backward=True, save_forward=True, jvp=True, vmap_rule=True):
