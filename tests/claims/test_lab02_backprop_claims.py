@@ -14,10 +14,12 @@ FREED = "Trying to backward through the graph a second time"
 
 
 def cell():
-    """Lab 2's recurrent cell step: (Wh, Wx, x, h, i2h, next_h, out)."""
-    Wh = torch.randn(3, 3, requires_grad=True)
-    Wx = torch.randn(3, 2, requires_grad=True)
-    x, h = torch.randn(2, 1), torch.randn(3, 1)
+    """Lab 2's recurrent cell step: (Wh, Wx, x, h, i2h, next_h, out), in float64 so that the
+    hand-written derivative and autograd's agree to the last digits even where tanh saturates
+    (1 - tanh^2 is then tiny, and float32 rounds it differently in the two)."""
+    Wh = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    Wx = torch.randn(3, 2, dtype=torch.float64, requires_grad=True)
+    x, h = torch.randn(2, 1, dtype=torch.float64), torch.randn(3, 1, dtype=torch.float64)
     i2h = Wx @ x
     next_h = torch.tanh(i2h + Wh @ h)
     return Wh, Wx, x, h, i2h, next_h, next_h.sum()
@@ -27,7 +29,7 @@ def cell():
 def test_requires_grad_spreads():
     Wh, Wx, x, h, i2h, next_h, out = cell()
     assert i2h.requires_grad and next_h.requires_grad and out.requires_grad
-    assert not (torch.randn(3, 2) @ x).requires_grad
+    assert not (torch.randn(3, 2, dtype=x.dtype) @ x).requires_grad
 
 
 @claim(LAB, "`x` and `h` were created by you and do not need one: they are leaves with no")
@@ -65,7 +67,7 @@ def test_retain_grad_before_backward():
     *_, i2h, next_h, out = cell()
     next_h.retain_grad()
     out.backward(retain_graph=True)
-    assert torch.equal(next_h.grad, torch.ones(3, 1))  # out is a sum: all ones
+    assert torch.equal(next_h.grad, torch.ones_like(next_h))  # out is a sum: all ones
     i2h.retain_grad()  # too late: the gradient of this pass is gone
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
