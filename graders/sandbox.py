@@ -141,6 +141,36 @@ def python_paths() -> list[Path]:
     return [p for p in roots if not any(q != p and q in p.parents for q in roots)]
 
 
+def python_links() -> list[tuple[Path, Path]]:
+    """(where it leads, the path as the grader names it) for each of those folders that the
+    grader reaches through a link (``.venv -> /elsewhere/venv``): the kernel is started
+    through the path as named (sys.executable, unresolved), so the sandbox shows the
+    environment there too, not only where the link leads."""
+    named = {Path(sys.prefix), Path(sys.executable).parent.parent}
+    links = []
+    for path in sorted(named):
+        path = Path(os.path.abspath(path))
+        if path.exists() and path.resolve() != path and not str(path).startswith("/usr/"):
+            links.append((path.resolve(), path))
+    return links
+
+
+def _linked(links: list[tuple[Path, Path]], bound: list[Path], taken: set[Path]) -> list[str]:
+    """Bind each link's target read-only at the link's own path (a link inside a folder
+    already bound is seen there as it is, and needs nothing more)."""
+    argv = []
+    for target, path in links:
+        if path in taken or any(path.is_relative_to(root) for root in bound):
+            continue
+        for parent in reversed(path.parents):
+            if parent != Path("/") and parent not in taken:
+                argv += ["--perms", "0755", "--dir", str(parent)]
+                taken.add(parent)
+        argv += ["--ro-bind", str(target), str(path)]
+        taken.add(path)
+    return argv
+
+
 def _readonly(paths: list[Path], taken: set[Path]) -> list[str]:
     """Bind `paths` read-only, with each parent made as a plain, traversable folder."""
     argv = []
@@ -258,7 +288,9 @@ def kernel_argv(
     # first: binds below /tmp stay visible; capped like the working folder
     argv += ["--size", str(WORKDIR_BYTES), "--perms", "1777", "--tmpfs", "/tmp"]
     taken: set[Path] = {Path("/usr"), Path("/tmp")}
-    argv += _readonly([*python_paths(), KERNEL_SIDE, *readonly], taken)
+    bound = [*python_paths(), KERNEL_SIDE, *readonly]
+    argv += _readonly(bound, taken)
+    argv += _linked(python_links(), [Path("/usr"), *bound], taken)
     argv += ["--dev", "/dev", "--proc", "/proc"]
     argv += ["--size", str(SHM_BYTES), "--perms", "1777", "--tmpfs", "/dev/shm"]
     argv += ["--perms", "0755", "--dir", "/home"]
