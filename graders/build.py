@@ -7,7 +7,7 @@ that building twice gives byte-identical notebooks (tests/test_build.py relies o
 
 `python -m graders.build` (``make build``) then runs each solution notebook once and keeps
 the observations the grader's independent check compares students with (build/reference/,
-graders/judge.py), so that grading a class only reads them.
+graders/build_reference.py beside this module), so that grading a class only reads them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from graders import colab
+from graders import colab, gradebook
 from graders.course import LABS, REPO, SOLUTIONS, lab_source, unknown_labs
 from graders.nbgrader_cli import nbgrader
 
@@ -151,8 +151,8 @@ def write_sources(root: Path, labs: list[str]) -> None:
 def build(root: Path = REPO, labs: list[str] | None = None, release: Path | None = None) -> Path:
     """Write the source notebooks under root/build/source and the release under `release`.
 
-    The gradebook (root/gradebook.db) learns each lab's cells and checksums on the way: that
-    is what autograding compares submissions against.
+    The gradebook (root/gradebook.db, graders/gradebook.py) learns each lab's cells and
+    checksums on the way: that is what autograding compares submissions against.
     """
     labs = labs or LABS
     release = release or root / "labs"
@@ -169,7 +169,7 @@ def build(root: Path = REPO, labs: list[str] | None = None, release: Path | None
             log = result.stdout + result.stderr
             if "because there are submissions associated with it" in log:
                 raise SystemExit(
-                    f"make build: {lab} adds or removes graded cells, and {root / 'gradebook.db'}"
+                    f"make build: {lab} adds or removes graded cells, and {gradebook.of(root)}"
                     " holds graded hand-ins of it (nbgrader keeps a graded lab's cells fixed). "
                     "To start over: `make clean`, which removes the gradebook, autograded/ and "
                     "feedback/; to keep the grades, change cells' contents only."
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         print("README.md: the lab table written anew")
     print(f"built {len(args.labs or LABS)} lab(s) into {release.relative_to(REPO)}/")
     if not args.no_reference:
-        from graders.judge import prepare_references
+        from graders.build_reference import prepare_references
 
         start = time.monotonic()
         prepare_references(REPO, args.labs or LABS)

@@ -136,7 +136,7 @@ def write_packs(root: Path, lab: str, release: Path) -> list[Pack]:
     return made
 
 
-def check(labs: list[str], workers: int | None = None) -> int:
+def check_catalogue(labs: list[str], workers: int | None = None) -> int:
     """Build `labs` into a scratch course, grade their catalogue there, compare."""
     from graders.grade import grade_class
 
@@ -144,11 +144,11 @@ def check(labs: list[str], workers: int | None = None) -> int:
         root = Path(tmp)
         release = build(root=root, labs=labs, release=root / "labs")
         made = [pack for lab in labs for pack in write_packs(root, lab, release)]
-        report = grade_class(root, labs=labs, workers=workers, feedback=False, quiet=True)
+        run = grade_class(root, labs=labs, workers=workers, feedback=False, quiet=True)
     wrong = 0
     for pack in made:
-        full = report.max_scores.get(pack.lab, 0)
-        got, want = report.scores.get((pack.name, pack.lab)), expected(pack, full)
+        full = run.max_scores.get(pack.lab, 0)
+        got, want = run.scores.get((pack.name, pack.lab)), expected(pack, full)
         ok = got is not None and abs(got - want) < 1e-9
         wrong += not ok
         names = ", ".join(f"{v.exercise}:{v.kind}" for v in pack.variants)
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         if complaint := unknown_labs(args.labs):
             print(complaint, file=sys.stderr)
             return 2
-        return check(args.labs or LABS, args.workers)
+        return check_catalogue(args.labs or LABS, args.workers)
     except SourceError as error:
         print(f"catalogue: {error}", file=sys.stderr)
         return 2

@@ -117,7 +117,9 @@ def write_class(root: Path, labs: list[str], release: Path) -> list[Student]:
     return everyone
 
 
-def compare(students: list[Student], scores: dict[tuple[str, str], float | None]) -> list[str]:
+def score_mismatches(
+    students: list[Student], scores: dict[tuple[str, str], float | None]
+) -> list[str]:
     """Lines describing each declared score that autograding did not give exactly."""
     wrong = []
     for s in students:
@@ -127,7 +129,7 @@ def compare(students: list[Student], scores: dict[tuple[str, str], float | None]
     return wrong
 
 
-def check(labs: list[str], workers: int | None = None) -> int:
+def check_demo_class(labs: list[str], workers: int | None = None) -> int:
     """Build `labs` into a scratch course, grade their demo class there, compare scores."""
     from graders.grade import grade_class
 
@@ -135,11 +137,11 @@ def check(labs: list[str], workers: int | None = None) -> int:
         root = Path(tmp)
         release = build(root=root, labs=labs, release=root / "labs")
         students = write_class(root, labs, release)
-        report = grade_class(root, labs=labs, workers=workers, feedback=False, quiet=True)
-    wrong = compare(students, report.scores)
+        run = grade_class(root, labs=labs, workers=workers, feedback=False, quiet=True)
+    wrong = score_mismatches(students, run.scores)
     for s in students:
-        got = report.scores.get((s.name, s.lab))
-        mark = "ok " if (s.name, s.lab) in report.scores and abs(got - s.score) < 1e-9 else "BAD"
+        got = run.scores.get((s.name, s.lab))
+        mark = "ok " if (s.name, s.lab) in run.scores and abs(got - s.score) < 1e-9 else "BAD"
         print(f"{mark} {s.lab:<24} {s.name:<22} declared {s.score:>5g}  got {got}")
     print(f"{len(students) - len(wrong)}/{len(students)} declared scores met")
     return 1 if wrong else 0
@@ -151,16 +153,16 @@ def run(workers: int | None = None) -> int:
 
     students = write_class(REPO, LABS, REPO / "labs")
     names = {s.name for s in students}
-    report = grade_class(REPO, labs=LABS, workers=workers)
-    report.scores = {key: v for key, v in report.scores.items() if key[0] in names}
+    run = grade_class(REPO, labs=LABS, workers=workers)
+    run.scores = {key: v for key, v in run.scores.items() if key[0] in names}
     print()
-    print(table(report, LABS))
+    print(table(run, LABS))
     print()
     print("grades.csv:  grades.csv (nbgrader export)")
     print("feedback:    feedback/<student>/<lab>/<lab>.html")
-    for p in report.problems:
+    for p in run.problems:
         print(f"needs a human look: {p.where}: {p.reason}")
-    wrong = compare(students, report.scores)
+    wrong = score_mismatches(students, run.scores)
     for line in wrong:
         print("WRONG SCORE:", line)
     print(f"{len(students) - len(wrong)}/{len(students)} declared demo scores met")
@@ -204,7 +206,7 @@ def command(args: argparse.Namespace) -> int:
     if complaint := unknown_labs(args.labs):
         print(complaint, file=sys.stderr)
         return 2
-    return check(args.labs or LABS, args.workers)
+    return check_demo_class(args.labs or LABS, args.workers)
 
 
 if __name__ == "__main__":

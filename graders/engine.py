@@ -25,6 +25,8 @@ from pathlib import Path
 from traitlets import Unicode
 from traitlets.config import Configurable
 
+from graders.wire import Course, Job, Result
+
 ENV = "COURSE_DASK_SCHEDULER"
 # A grading task waits on its kernel; Dask's statistical profiler would sample that wait every
 # 10 ms, about 6% of a core per worker (measured on 2 cores). Cluster workers: the same, with
@@ -80,9 +82,9 @@ def client(scheduler: str = "", workers: int | None = None) -> Iterator:
 
 def run_all(
     connected,
-    course: dict,
-    jobs: Iterator[tuple[object, dict]],
-    on_result: Callable[[object, dict, float], None],
+    course: Course,
+    jobs: Iterator[tuple[object, Job]],
+    on_result: Callable[[object, Result, float], None],
     window: int,
 ) -> None:
     """Submit `jobs` ((key, job) pairs), at most `window` at a time, and hand each result to
@@ -119,6 +121,6 @@ def run_all(
                 why = "the grading worker died every time it ran this hand-in"
             else:
                 why = f"the grading engine failed on it ({name}: {str(error)[:200]})"
-            result = {"ok": False, "reason": why, "timings": {}}
+            result = Result(ok=False, reason=why, timings={})
         on_result(key, result, submitted)
         submit_next()

@@ -6,7 +6,7 @@ trusts:
 
 * the text and code of the notebook (the student's own answers, the released cells);
 * each test cell's visible checks, with its hidden regions removed, and, as its only output,
-  the judge's sentence (graders/judge.py): passed, or which check failed and why;
+  the judge's sentence (graders/verdict.py): passed, or which check failed and why;
 * no output the kernel wrote, in any cell: a hostile kernel could print the hidden tests'
   code there (an event hook sees every cell's source), or HTML and script.
 
@@ -20,7 +20,7 @@ import nbformat
 from nbgrader.preprocessors import ClearHiddenTests
 from nbgrader.utils import is_grade, is_solution
 
-from graders.judge import VERDICT
+from graders.verdict import VERDICT
 
 NOTE = (
     "**Feedback.** Each check below says whether it passed, or what it found wrong. "

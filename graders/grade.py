@@ -14,7 +14,7 @@ nbgrader does the grading; this module is the path a hand-in takes around it:
    existing one;
 4. **merge** (graders/merge.py): each result goes into the one gradebook, under the real
    name, as it arrives, one at a time; the graded notebook and feedback page are written
-   from its bytes; a line per hand-in goes to grading-log.jsonl;
+   from its bytes; a line per hand-in goes to grading-log.jsonl (graders/gradelog.py);
 5. **summary**: nbgrader exports grades.csv; timings.csv has each hand-in's phases; the
    table, the phases summed, and what needs a human look are printed.
 
@@ -31,91 +31,42 @@ running it again.
 from __future__ import annotations
 
 import argparse
-import csv
 import hashlib
 import json
 import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from graders import engine, intake, judge, merge, sandbox
+from graders import engine, gradebook, gradelog, intake, merge, references, sandbox_host
+from graders.build_reference import prepare_references
+from graders.class_run import (
+    TIMINGS,
+    ClassRun,
+    limit_hit,
+    read_scores,
+    summary,
+    table,
+    write_timings,
+)
 from graders.course import LABS, REPO, prepare_data, unknown_labs
+from graders.gradelog import LogEntry
 from graders.intake import HandIn, Problem
 from graders.nbgrader_cli import nbgrader
+from graders.sandbox_argv import available
 from graders.task import NOTEBOOK_BUDGET_S, assignments_only
-
-GRADING_LOG = "grading-log.jsonl"  # what grading recorded, one line per hand-in graded
-TIMINGS = "timings.csv"
-PHASES = ["queue", "intake", "kernel_start", "execution", "checks", "feedback", "merge"]
-
-
-@dataclass
-class Report:
-    scores: dict[tuple[str, str], float] = field(default_factory=dict)
-    max_scores: dict[str, float] = field(default_factory=dict)
-    problems: list[Problem] = field(default_factory=list)
-    notes: list[Problem] = field(default_factory=list)
-    timings: dict[tuple[str, str], dict] = field(default_factory=dict)
-    verdicts: dict[tuple[str, str], dict] = field(default_factory=dict)
-    graded: int = 0
-    skipped: int = 0
-    interrupted: str | None = None
-    dashboard: str | None = None
-    wall_s: float = 0.0
-
-
-def limit_hit(verdicts: dict[str, dict]) -> str | None:
-    """The first limit the graded notebook ran into, and where, or None."""
-    for grade_id, verdict in sorted(verdicts.items(), key=lambda kv: kv[1].get("cell", 0)):
-        if verdict.get("kind") == "limit":
-            sentence = verdict.get("sentence", "").removeprefix("Not graded to the end: ")
-            return f"{sentence.rstrip('.')} (in {grade_id}); graded up to there, see its feedback"
-    return None
-
-
-def read_scores(root: Path, labs: list[str]) -> tuple[dict, dict]:
-    from nbgrader.api import Gradebook
-
-    scores, max_scores = {}, {}
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-        for assignment in gb.assignments:
-            if assignment.name not in labs:
-                continue
-            max_scores[assignment.name] = assignment.max_score
-            for sub in assignment.submissions:
-                scores[(sub.student.id, assignment.name)] = sub.score
-    return scores, max_scores
-
-
-def read_log(root: Path) -> dict[tuple[str, str], dict]:
-    """The latest line of grading-log.jsonl for each (student, lab); bad lines are skipped."""
-    latest = {}
-    try:
-        with open(root / GRADING_LOG, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    entry = json.loads(line)
-                    latest[(entry["student"], entry["lab"])] = entry
-                except (ValueError, KeyError, TypeError):
-                    continue
-    except OSError:
-        pass
-    return latest
+from graders.wire import Course, Job, Result
 
 
 def _sha(data: bytes | str) -> str:
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
 
 
-def course_inputs(root: Path, labs: list[str], gradebook: Path) -> dict:
+def course_inputs(root: Path, labs: list[str], labs_only: Path) -> Course:
     """What every task of the class shares, as data (no shared file system is assumed)."""
-    references = {}
-    for lab in labs:
-        cache = json.loads((root / "build" / "reference" / f"{lab}.json").read_text())
-        references[lab] = cache["observations"]
+    where = references.folder(root)
+    observed = {lab: references.observations(references.path(where, lab)) for lab in labs}
     releases, files = {}, {}
     for lab in labs:
         folder = root / "labs" / lab
@@ -125,30 +76,27 @@ def course_inputs(root: Path, labs: list[str], gradebook: Path) -> dict:
             for p in sorted(folder.iterdir())
             if p.is_file() and not p.is_symlink() and p.suffix != ".ipynb"
         }
-    return {
-        "config": (REPO / "nbgrader_config.py").read_text(),
-        "gradebook": gradebook.read_bytes(),
-        "references": references,
-        "releases": releases,
-        "files": files,
-    }
+    return Course(
+        config=(REPO / "nbgrader_config.py").read_text(),
+        gradebook=labs_only.read_bytes(),
+        references=observed,
+        releases=releases,
+        files=files,
+    )
 
 
 def longest_first(hand_ins: list[HandIn], root: Path) -> list[HandIn]:
     """The hand-ins in the order to grade them: the labs whose solution took longest to run
     (`make build` timed it, build/reference/<lab>.json) first, so that a class run does not
     end on one long notebook while the other workers wait; otherwise as found."""
-    seconds = {}
-    for lab in {h.lab for h in hand_ins}:
-        try:
-            cache = json.loads((root / "build" / "reference" / f"{lab}.json").read_text())
-            seconds[lab] = float(cache.get("seconds", 0))
-        except (OSError, ValueError, TypeError, AttributeError):
-            seconds[lab] = 0.0  # timed by no build yet: graded in the order found
+    where = references.folder(root)  # a lab timed by no build yet: 0, in the order found
+    seconds = {
+        lab: references.seconds(references.path(where, lab)) for lab in {h.lab for h in hand_ins}
+    }
     return sorted(hand_ins, key=lambda h: -seconds[h.lab])
 
 
-def hand_in_key(hand_in: HandIn, course: dict) -> str:
+def hand_in_key(hand_in: HandIn, course: Course) -> str:
     """What a grade depends on: the notebook, the release and the reference records."""
     lab = hand_in.lab
     made_of = [hand_in.notebook, hand_in.timestamp or "", course["releases"][lab]]
@@ -157,15 +105,97 @@ def hand_in_key(hand_in: HandIn, course: dict) -> str:
 
 
 def already_graded(root: Path, labs: list[str]) -> set[tuple[str, str]]:
-    from nbgrader.api import Gradebook
-
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+    with gradebook.opened(gradebook.of(root)) as gb:
         return {
             (sub.student.id, assignment.name)
             for assignment in gb.assignments
             if assignment.name in labs
             for sub in assignment.submissions
         }
+
+
+def _intake(root: Path, labs: list[str], students: list[str] | None, run: ClassRun) -> list[HandIn]:
+    """The hand-ins to grade (graders/intake.py); what cannot be graded goes to `run.problems`
+    (a known student's lab recorded as 0), files beside a notebook to `run.notes`."""
+    hand_ins, problems = intake.discover(root, labs)
+    if students:
+        hand_ins = [h for h in hand_ins if h.student in students]
+        problems = [p for p in problems if p.student in students]
+    run.problems = problems
+    for problem in problems:  # a known student's lab that cannot be read: 0, flagged
+        if problem.student is not None:
+            try:
+                merge.record_failure(root, problem.student, problem.lab)
+                problem.reason += "; recorded as 0"
+                failed = HandIn(problem.student, problem.lab, b"", where=problem.where)
+                log_hand_in(root, failed, Result(ok=False), run, key=None)
+            except Exception as error:  # noqa: BLE001 - one hand-in never stops the class
+                problem.reason += f"; could not be recorded ({type(error).__name__})"
+    for hand_in in hand_ins:
+        if hand_in.ignored:
+            shown = ", ".join(hand_in.ignored[:5]) + (" ..." if len(hand_in.ignored) > 5 else "")
+            run.notes.append(
+                Problem(hand_in.where, f"{len(hand_in.ignored)} other file(s) ignored: {shown}")
+            )
+    return hand_ins
+
+
+def _not_graded_yet(
+    root: Path, hand_ins: list[HandIn], keys: dict, labs: list[str]
+) -> list[HandIn]:
+    """The hand-ins not graded yet from the same inputs (their key in the log, their
+    submission in the gradebook): what a resumed run grades."""
+    log = gradelog.latest(gradelog.read(root)[0])
+    in_book = already_graded(root, labs)
+    done = {k for k, key in keys.items() if k in in_book and log.get(k, {}).get("key") == key}
+    return [h for h in hand_ins if (h.student, h.lab) not in done]
+
+
+def _jobs(hand_ins: list[HandIn], cell_timeout, budget_s: float, feedback: bool):
+    """(hand-in, Job) for each hand-in, made as the engine asks for the next one."""
+    for h in hand_ins:
+        job = Job(
+            lab=h.lab,
+            notebook=h.notebook.decode("utf-8"),
+            timestamp=h.timestamp,
+            cell_timeout=cell_timeout,
+            budget_s=budget_s,
+            feedback=feedback,
+        )
+        yield h, job
+
+
+def _run_tasks(root, scheduler, workers, course, jobs, keys, run, total, say) -> None:
+    """Grade `jobs` on the engine, merging each result as it arrives; an interrupted or lost
+    engine ends the run with what was merged so far (`run.interrupted` says why)."""
+    start = time.monotonic()
+
+    def arrived(hand_in: HandIn, result: Result, submitted: float) -> None:
+        timings = result.setdefault("timings", {})
+        if "started_at" in timings:
+            timings["queue"] = max(0.0, timings.pop("started_at") - submitted)
+        timings["intake"] = timings.get("intake", 0.0) + hand_in.intake_s
+        _merge_one(root, hand_in, result, run, keys[(hand_in.student, hand_in.lab)])
+        run.graded += 1
+        elapsed = time.monotonic() - start
+        eta = elapsed / run.graded * (total - run.graded)
+        say(f"  [{run.graded}/{total}] {hand_in.student}/{hand_in.lab}  "
+            f"{elapsed:.0f}s, ETA {eta:.0f}s")  # fmt: skip
+
+    try:
+        if total:
+            with engine.client(scheduler, workers) as connected:
+                run.dashboard = connected.dashboard_link
+                say(f"Dask dashboard: {run.dashboard}")
+                window = 2 * max(1, len(connected.scheduler_info().get("workers", {}))) + 2
+                engine.run_all(connected, course, jobs, arrived, window)
+    except KeyboardInterrupt:
+        run.interrupted = "interrupted"
+    except OSError as error:  # the scheduler could not be reached, or was lost
+        run.interrupted = f"lost the grading engine ({error})"
+    if run.interrupted:
+        say(f"{run.interrupted} after {run.graded} of {total} hand-in(s): what was graded "
+            "is in the gradebook; run the same command again to grade the rest")  # fmt: skip
 
 
 def grade_class(
@@ -179,197 +209,99 @@ def grade_class(
     students: list[str] | None = None,
     force: bool = False,
     scheduler: str | None = None,
-) -> Report:
+) -> ClassRun:
     labs = labs or LABS
     workers = workers or os.cpu_count() or 1
-    report = Report()
+    run = ClassRun()
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     start = time.monotonic()
-    if not (root / "gradebook.db").is_file():
-        raise SystemExit(f"{root / 'gradebook.db'} is missing: run `make build` first.")
+    book = gradebook.of(root)
+    if not book.is_file():
+        raise SystemExit(f"{book} is missing: run `make build` first.")
     scheduler = (
         engine.configured_scheduler(REPO / "nbgrader_config.py") if scheduler is None else scheduler
     )
-    why_not = sandbox.available()
+    why_not = available()
     if why_not and not scheduler:
         raise SystemExit(f"cannot grade safely: {why_not}")
-    for missing in sandbox.protections_missing() if not scheduler else []:
+    for missing in sandbox_host.protections_missing() if not scheduler else []:
         say(f"note: {missing}")
     os.environ.update(prepare_data(labs))
-    hand_ins, problems = intake.discover(root, labs)
-    if students:
-        hand_ins = [h for h in hand_ins if h.student in students]
-        problems = [p for p in problems if p.student in students]
-    report.problems = problems
-    for problem in problems:  # a known student's lab that cannot be read: 0, flagged
-        if problem.student is not None:
-            try:
-                merge.record_failure(root, problem.student, problem.lab)
-                problem.reason += "; recorded as 0"
-                failed = HandIn(problem.student, problem.lab, b"", where=problem.where)
-                log_hand_in(root, failed, {"ok": False}, report, key=None)
-            except Exception as error:  # noqa: BLE001 - one hand-in never stops the class
-                problem.reason += f"; could not be recorded ({type(error).__name__})"
-    for hand_in in hand_ins:
-        if hand_in.ignored:
-            shown = ", ".join(hand_in.ignored[:5]) + (" ..." if len(hand_in.ignored) > 5 else "")
-            report.notes.append(
-                Problem(hand_in.where, f"{len(hand_in.ignored)} other file(s) ignored: {shown}")
-            )
+    hand_ins = _intake(root, labs, students, run)
     labs_graded = sorted({h.lab for h in hand_ins})
-    judge.prepare_references(root, labs_graded, workers)
+    prepare_references(root, labs_graded, workers)
     with tempfile.TemporaryDirectory(prefix="grading-") as tmp:  # nothing left in the course
-        labs_only = assignments_only(root / "gradebook.db", Path(tmp) / "labs.db")
+        labs_only = assignments_only(book, Path(tmp) / "labs.db")
         course = course_inputs(root, labs_graded, labs_only)
     keys = {(h.student, h.lab): hand_in_key(h, course) for h in hand_ins}
     if not force:  # resume: what was graded from the same inputs stays as it is
-        log, in_book = read_log(root), already_graded(root, labs_graded)
-        done = {
-            k for k, key in keys.items()
-            if k in in_book and log.get(k, {}).get("key") == key
-        }  # fmt: skip
-        report.skipped = len(done)
-        hand_ins = [h for h in hand_ins if (h.student, h.lab) not in done]
+        left = _not_graded_yet(root, hand_ins, keys, labs_graded)
+        run.skipped = len(hand_ins) - len(left)
+        hand_ins = left
     hand_ins = longest_first(hand_ins, root)
     total = len(hand_ins)
-    skipped = f" ({report.skipped} already graded from the same notebook)" if report.skipped else ""
+    skipped = f" ({run.skipped} already graded from the same notebook)" if run.skipped else ""
     where = scheduler or f"a local Dask cluster of {workers} worker(s)"
     say(f"grading {total} hand-in(s) on {where}{skipped}")
-    jobs = (
-        (
-            h,
-            {
-                "lab": h.lab,
-                "notebook": h.notebook.decode("utf-8"),
-                "timestamp": h.timestamp,
-                "cell_timeout": cell_timeout,
-                "budget_s": budget_s,
-                "feedback": feedback,
-            },
-        )
-        for h in hand_ins
-    )
-
-    def arrived(hand_in: HandIn, result: dict, submitted: float) -> None:
-        timings = result.setdefault("timings", {})
-        if "started_at" in timings:
-            timings["queue"] = max(0.0, timings.pop("started_at") - submitted)
-        timings["intake"] = timings.get("intake", 0.0) + hand_in.intake_s
-        _merge_one(root, hand_in, result, report, keys[(hand_in.student, hand_in.lab)])
-        report.graded += 1
-        elapsed = time.monotonic() - start
-        eta = elapsed / report.graded * (total - report.graded)
-        say(f"  [{report.graded}/{total}] {hand_in.student}/{hand_in.lab}  "
-            f"{elapsed:.0f}s, ETA {eta:.0f}s")  # fmt: skip
-
-    try:
-        if total:
-            with engine.client(scheduler, workers) as connected:
-                report.dashboard = connected.dashboard_link
-                say(f"Dask dashboard: {report.dashboard}")
-                window = 2 * max(1, len(connected.scheduler_info().get("workers", {}))) + 2
-                engine.run_all(connected, course, jobs, arrived, window)
-    except KeyboardInterrupt:
-        report.interrupted = "interrupted"
-    except OSError as error:  # the scheduler could not be reached, or was lost
-        report.interrupted = f"lost the grading engine ({error})"
-    if report.interrupted:
-        say(f"{report.interrupted} after {report.graded} of {total} hand-in(s): what was graded "
-            "is in the gradebook; run the same command again to grade the rest")  # fmt: skip
+    jobs = _jobs(hand_ins, cell_timeout, budget_s, feedback)
+    _run_tasks(root, scheduler, workers, course, jobs, keys, run, total, say)
     if feedback:
         result = nbgrader("export", f"--to={root / 'grades.csv'}", root=root)
         if result.returncode != 0:
-            report.problems.append(Problem("grades.csv", "nbgrader export failed"))
-    write_timings(root, report)
-    report.scores, report.max_scores = read_scores(root, labs)
-    report.wall_s = time.monotonic() - start
-    return report
+            run.problems.append(Problem("grades.csv", "nbgrader export failed"))
+    write_timings(root, run)
+    run.scores, run.max_scores = read_scores(root, labs)
+    run.wall_s = time.monotonic() - start
+    return run
 
 
-def write_timings(root: Path, report: Report) -> None:
-    """timings.csv: the seconds of each phase of each hand-in graded in this run."""
-    with open(root / TIMINGS, "w", newline="", encoding="utf-8") as fh:
-        out = csv.writer(fh)
-        out.writerow(["student", "lab", *PHASES, "total"])
-        for (student, lab), timings in sorted(report.timings.items()):
-            phases = [round(timings.get(p, 0.0), 3) for p in PHASES]
-            out.writerow([student, lab, *phases, round(sum(phases) - phases[0], 3)])
-
-
-def _merge_one(root: Path, hand_in: HandIn, result: dict, report: Report, key: str) -> None:
+def _merge_one(root: Path, hand_in: HandIn, result: Result, run: ClassRun, key: str) -> None:
     """Merge one task's result; any failure costs this hand-in only (0, and a reason)."""
     item = (hand_in.student, hand_in.lab)
-    report.timings[item] = result.get("timings", {})
+    run.timings[item] = result.get("timings", {})
     mark = time.monotonic()
     try:
         if result.get("ok"):
             merge.merge(root, hand_in.student, hand_in.lab, result)
-            report.verdicts[item] = result.get("verdicts", {})
-            limit = limit_hit(report.verdicts[item])
+            run.verdicts[item] = result.get("verdicts", {})
+            limit = limit_hit(run.verdicts[item])
             if limit:
-                report.problems.append(Problem(hand_in.where, limit))
+                run.problems.append(Problem(hand_in.where, limit))
             if result.get("feedback_problem"):
-                report.problems.append(Problem(hand_in.where, result["feedback_problem"]))
+                run.problems.append(Problem(hand_in.where, result["feedback_problem"]))
         else:
             merge.record_failure(root, hand_in.student, hand_in.lab)
             reason = result.get("reason") or "grading failed"
-            report.problems.append(Problem(hand_in.where, f"{reason}; recorded as 0"))
+            run.problems.append(Problem(hand_in.where, f"{reason}; recorded as 0"))
     except Exception as error:  # noqa: BLE001 - the class run goes on
-        report.problems.append(Problem(hand_in.where, f"could not be merged: {error}"))
+        run.problems.append(Problem(hand_in.where, f"could not be merged: {error}"))
         try:
             merge.record_failure(root, hand_in.student, hand_in.lab)
         except Exception as again:  # noqa: BLE001
-            report.problems.append(Problem(hand_in.where, f"could not be recorded: {again}"))
-    report.timings[item]["merge"] = time.monotonic() - mark
-    log_hand_in(root, hand_in, result, report, key)
+            run.problems.append(Problem(hand_in.where, f"could not be recorded: {again}"))
+    run.timings[item]["merge"] = time.monotonic() - mark
+    log_hand_in(root, hand_in, result, run, key)
 
 
-def log_hand_in(root: Path, hand_in: HandIn, result: dict, report: Report, key: str | None) -> None:
+def log_hand_in(
+    root: Path, hand_in: HandIn, result: Result, run: ClassRun, key: str | None
+) -> None:
     """Append what grading this hand-in recorded (the gradebook holds the scores): when, from
     what (key), how long each phase took, each test cell's verdict, and why it needs a
     human look."""
     item = (hand_in.student, hand_in.lab)
-    entry = {
-        "student": hand_in.student,
-        "lab": hand_in.lab,
-        "key": key,
-        "graded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "ok": bool(result.get("ok")),
-        "timings": {k: round(v, 3) for k, v in report.timings.get(item, {}).items()},
-        "verdicts": report.verdicts.get(item, {}),
-        "problems": [p.reason for p in report.problems if p.where == hand_in.where],
-        "ignored": hand_in.ignored[:20],
-    }
-    with open(root / GRADING_LOG, "a", encoding="utf-8") as log:
-        log.write(json.dumps(entry) + "\n")
-
-
-def summary(report: Report) -> str:
-    """How many were graded, and the time of each phase summed over them."""
-    sums = {p: sum(t.get(p, 0.0) for t in report.timings.values()) for p in PHASES}
-    phases = ", ".join(f"{p.replace('_', ' ')} {v:.0f}s" for p, v in sums.items())
-    line = f"graded {report.graded} hand-in(s) in {report.wall_s:.0f}s"
-    if report.skipped:
-        line += f" ({report.skipped} already graded, kept)"
-    return line + (f"; summed over hand-ins: {phases}" if report.timings else "")
-
-
-def table(report: Report, labs: list[str]) -> str:
-    students = sorted({s for s, _ in report.scores})
-    labs = [lab for lab in labs if lab in report.max_scores]
-    short = [lab.split("_")[0] for lab in labs]
-    width = max([len(s) for s in students] + [7])
-    lines = [f"{'student':<{width}}  " + "  ".join(f"{s:>7}" for s in short)]
-    lines.append(
-        f"{'(max)':<{width}}  " + "  ".join(f"{report.max_scores[lab]:>7g}" for lab in labs)
+    entry = LogEntry(
+        student=hand_in.student,
+        lab=hand_in.lab,
+        key=key,
+        graded_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        ok=bool(result.get("ok")),
+        timings={k: round(v, 3) for k, v in run.timings.get(item, {}).items()},
+        verdicts=run.verdicts.get(item, {}),
+        problems=[p.reason for p in run.problems if p.where == hand_in.where],
+        ignored=hand_in.ignored[:20],
     )
-    for student in students:
-        cells = []
-        for lab in labs:
-            score = report.scores.get((student, lab))
-            cells.append(f"{'-' if score is None else format(score, 'g'):>7}")
-        lines.append(f"{student:<{width}}  " + "  ".join(cells))
-    return "\n".join(lines)
+    gradelog.append(root, entry)
 
 
 def worker_count(text: str) -> int:
@@ -408,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     if complaint := unknown_labs(labs):
         print(complaint, file=sys.stderr)
         return 2
-    report = grade_class(
+    run = grade_class(
         args.root.resolve(),
         labs=labs,
         workers=args.workers,
@@ -417,21 +349,21 @@ def main(argv: list[str] | None = None) -> int:
         scheduler=args.scheduler,
     )
     print()
-    print(table(report, labs))
+    print(table(run, labs))
     print()
-    print(summary(report))
+    print(summary(run))
     print("grades:   grades.csv (nbgrader export)")
     print("feedback: feedback/<student>/<lab>/<lab>.html")
     print(f"timings:  {TIMINGS}")
-    if report.problems:
-        print(f"\nneeds a human look ({len(report.problems)}):")
-        for p in report.problems:
+    if run.problems:
+        print(f"\nneeds a human look ({len(run.problems)}):")
+        for p in run.problems:
             print(f"  {p.where}: {p.reason}")
-    if report.notes:
-        print(f"\nnotes ({len(report.notes)}):")
-        for p in report.notes:
+    if run.notes:
+        print(f"\nnotes ({len(run.notes)}):")
+        for p in run.notes:
             print(f"  {p.where}: {p.reason}")
-    return 130 if report.interrupted == "interrupted" else 0
+    return 130 if run.interrupted == "interrupted" else 0
 
 
 if __name__ == "__main__":

@@ -15,18 +15,21 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
+from graders import gradebook
+from graders.wire import Result
+
 
 @contextmanager
 def fresh_submission(root: Path, student: str, lab: str, timestamp=None):
     """nbgrader's gradebook with a new, empty submission of `lab` by `student` (any earlier
     one removed); committed when the block ends."""
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import MissingEntry
     from sqlalchemy.exc import SAWarning
 
     with warnings.catch_warnings():
         # nbgrader's add_submission trips a harmless SQLAlchemy autoflush warning
         warnings.simplefilter("ignore", SAWarning)
-        with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        with gradebook.opened(gradebook.of(root)) as gb:
             gb.update_or_create_student(student)
             try:
                 gb.remove_submission(lab, student)
@@ -53,7 +56,7 @@ def write_file(root: Path, kind: str, student: str, lab: str, name: str, data: b
     return target
 
 
-def merge(root: Path, student: str, lab: str, result: dict) -> None:
+def merge(root: Path, student: str, lab: str, result: Result) -> None:
     """Grades, graded notebook and feedback of one successful task."""
 
     scores = result["scores"]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import fcntl
 import hashlib
-import json
 import os
 import shutil
 import sqlite3
@@ -30,7 +29,10 @@ from pathlib import Path
 
 import nbformat
 
-from graders import judge, sandbox
+from graders import gradebook, references, sandbox, sandbox_host, wire
+from graders.sandbox_argv import KERNEL_THREADS
+from graders.verdict import VERDICT
+from graders.wire import Course, LocalJob, Result, Scores
 
 # nbgrader's add_submission trips a harmless SQLAlchemy autoflush warning in every task; in a
 # Dask worker it would reach the instructor's terminal once per hand-in
@@ -87,10 +89,8 @@ def failure_reason(log: str) -> str:
     return errors[0][:300] if errors else "nbgrader autograde failed"
 
 
-def _scores(db_path: Path, lab: str) -> dict:
-    from nbgrader.api import Gradebook
-
-    with Gradebook(f"sqlite:///{db_path}") as gb:
+def _scores(db_path: Path, lab: str) -> Scores:
+    with gradebook.opened(db_path) as gb:
         sub = gb.find_submission(lab, NEUTRAL_ID)
         notebooks = {}
         for nb in sub.notebooks:
@@ -112,9 +112,8 @@ def _scores(db_path: Path, lab: str) -> dict:
 
 
 def verdicts(graded) -> dict[str, dict]:
-    """The judge's verdict of each test cell (graders/judge.py), by grade_id."""
-    from graders.judge import VERDICT
-
+    """The judge's verdict of each test cell (graders/verdict.py), by grade_id, with the
+    cell's index."""
     found = {}
     for index, cell in enumerate(graded.cells):
         meta = cell.get("metadata", {})
@@ -180,7 +179,7 @@ def sweep_abandoned(root: str | None = None, older_than_s: float = ABANDONED_AFT
                 continue
             scratch = claim.with_name(claim.name[: -len(CLAIM_SUFFIX)])
             for private in _kernels_in(scratch):
-                sandbox.release_abandoned(private)
+                sandbox_host.release_abandoned(private)
             shutil.rmtree(scratch, ignore_errors=True)
             claim.unlink(missing_ok=True)
             removed.append(scratch)
@@ -198,7 +197,7 @@ def _kernels_in(scratch: Path):
             yield from runtime.glob("kernel-*")
 
 
-def run(course: dict, job: dict) -> dict:
+def run(course: Course, job: wire.Job) -> Result:
     """The grading task, as an engine runs it on any machine: everything it needs comes in
     `course` (what every hand-in of the class shares: nbgrader_config.py's text, the
     assignments-only gradebook's bytes, each lab's reference records and release files) and
@@ -208,17 +207,14 @@ def run(course: dict, job: dict) -> dict:
     try:
         sweep_abandoned()
     except Exception as error:  # noqa: BLE001 - tidying up never costs a hand-in
-        sandbox.LOG.warning("could not sweep abandoned scratch folders: %s", error)
+        sandbox_host.LOG.warning("could not sweep abandoned scratch folders: %s", error)
     scratch, claim = _claim_scratch()
     try:
         lab = job["lab"]
         (scratch / "nbgrader_config.py").write_text(course["config"])
         (scratch / "labs.db").write_bytes(course["gradebook"])
-        references = scratch / "reference"
-        references.mkdir()
-        (references / f"{lab}.json").write_text(
-            json.dumps({"observations": course["references"][lab]})
-        )
+        where = scratch / "reference"
+        references.write(references.path(where, lab), {"observations": course["references"][lab]})
         files = scratch / "files"
         files.mkdir()
         for name, data in course.get("files", {}).get(lab, {}).items():
@@ -226,10 +222,10 @@ def run(course: dict, job: dict) -> dict:
         from graders.course import prepare_data  # the worker's own copy of the data
 
         data = prepare_data([lab]).get("COURSE_DATA_ROOT")
-        local = dict(
-            job,
+        local = LocalJob(
+            **job,
             gradebook=str(scratch / "labs.db"),
-            reference_dir=str(references),
+            reference_dir=str(where),
             files=sorted(str(p) for p in files.iterdir()),
             data_root=data,
             release=course["releases"][lab],
@@ -255,89 +251,104 @@ def api_factory(config_file: Path, text: str):
     return _FACTORIES[key]
 
 
-def grade(api_for, job: dict) -> dict:
-    """Grade one hand-in. `job`: lab, notebook (text), timestamp, release (the lab's
-    released notebook, text), files (the release's other files, read-only beside it),
-    gradebook (assignments-only file), reference_dir, data_root, cell_timeout, budget_s.
-    `api_for(root, config_changes)`: an nbgrader API on a course."""
-    timings, started = {}, time.monotonic()
+def _scratch_course(scratch: Path, job: LocalJob) -> tuple[dict, Path]:
+    """Lay out the scratch course of one hand-in in `scratch`: the notebook restored to the
+    release's metadata (and its timestamp), the gradebook, the kernelspec and the runtime
+    folder. The nbgrader configuration changes that name them, and the events file."""
     lab = job["lab"]
-    budget = job.get("budget_s") or NOTEBOOK_BUDGET_S
-    result = {"ok": False, "reason": None, "timings": timings}
+    release = nbformat.reads(job["release"], as_version=4)
+    nb = restore_metadata(nbformat.reads(job["notebook"], as_version=4), release)
+    folder = scratch / "submitted" / NEUTRAL_ID / lab
+    folder.mkdir(parents=True)
+    nbformat.write(nb, folder / f"{lab}.ipynb")
+    if job.get("timestamp"):
+        (folder / "timestamp.txt").write_text(job["timestamp"])
+    shutil.copyfile(job["gradebook"], gradebook.of(scratch))
+    runtime = scratch / "runtime"
+    runtime.mkdir()
+    runtime.chmod(0o711)
+    sandbox.write_kernelspec(scratch / "jupyter")
+    events, timings = runtime / "events.jsonl", scratch / "timings.jsonl"
+    data = job.get("data_root")
+    settings = sandbox.Settings(
+        runtime=str(runtime),
+        readonly=[data] if data else [],
+        files=job.get("files", []),
+        env={"COURSE_DATA_ROOT": data} if data else {},
+        threads=KERNEL_THREADS,
+        budget_s=job.get("budget_s") or NOTEBOOK_BUDGET_S,
+        events=str(events),
+        timings=str(timings),
+    )
+    # jupyter's own variables: where nbgrader's kernel manager finds the kernelspec and
+    # puts its runtime files
+    os.environ.update(
+        {"JUPYTER_PATH": str(scratch / "jupyter"), "JUPYTER_RUNTIME_DIR": str(runtime)}
+    )
+    changes = {
+        "SandboxedExecute": {"settings": dict(settings)},
+        "JudgeRecords": {"reference_dir": job["reference_dir"], "timings": str(timings)},
+    }
+    if job.get("cell_timeout"):
+        changes["Execute"] = {"timeout": job["cell_timeout"]}
+    return changes, events
+
+
+def _autograde(api, scratch: Path, job: LocalJob, events: Path, result: Result) -> bool:
+    """nbgrader autograde of the scratch course; fills `result` (scores, verdicts and the
+    graded notebook, or why not). True when it graded."""
+    lab, timings = job["lab"], result["timings"]
+    mark = time.monotonic()
+    answer = api.autograde(lab, NEUTRAL_ID, force=True, create=True)
+    autograde = time.monotonic() - mark
+    measured = wire.read_timings(scratch / "timings.jsonl")
+    timings["kernel_start"] = measured.get("kernel_start", 0.0)
+    timings["checks"] = measured.get("checks", 0.0)
+    timings["execution"] = autograde - timings["kernel_start"] - timings["checks"]
+    log = str(answer.get("log", "")) + "\n" + str(answer.get("error", ""))
+    graded_path = scratch / "autograded" / NEUTRAL_ID / lab / f"{lab}.ipynb"
+    if not answer.get("success") or not graded_path.is_file():
+        if events.is_file():
+            budget = job.get("budget_s") or NOTEBOOK_BUDGET_S
+            result["reason"] = f"stopped after the whole-notebook budget of {budget:g} s"
+        else:
+            result["reason"] = failure_reason(log)
+        return False
+    graded_text = graded_path.read_text(encoding="utf-8")
+    result["verdicts"] = verdicts(nbformat.reads(graded_text, as_version=4))
+    result["scores"] = _scores(gradebook.of(scratch), lab)
+    result["autograded"] = graded_text
+    result["ok"] = True
+    return True
+
+
+def _feedback(api, scratch: Path, lab: str, result: Result) -> None:
+    """nbgrader generate_feedback: the page (capped), or why there is none."""
+    mark = time.monotonic()
+    feedback = api.generate_feedback(lab, NEUTRAL_ID, force=True)
+    page = scratch / "feedback" / NEUTRAL_ID / lab / f"{lab}.html"
+    result["timings"]["feedback"] = time.monotonic() - mark
+    if feedback.get("success") and page.is_file():
+        html = page.read_bytes()
+        if len(html) > MAX_FEEDBACK_BYTES:
+            html = TOO_BIG_FEEDBACK.format(limit=MAX_FEEDBACK_BYTES // 2**20).encode()
+        result["feedback"] = html.decode("utf-8", "replace")
+    else:
+        result["feedback_problem"] = "nbgrader generate_feedback did not write it"
+
+
+def grade(api_for, job: LocalJob) -> Result:
+    """Grade one hand-in (`job`: see graders.wire.LocalJob). `api_for(root, config_changes)`:
+    an nbgrader API on a course. Never raises: a failure is a result with a reason."""
+    timings, started = {}, time.monotonic()
+    result = Result(ok=False, reason=None, timings=timings)
     scratch = Path(tempfile.mkdtemp(prefix="task-", dir=job.get("scratch_root")))
     try:
-        release = nbformat.reads(job["release"], as_version=4)
-        nb = restore_metadata(nbformat.reads(job["notebook"], as_version=4), release)
-        folder = scratch / "submitted" / NEUTRAL_ID / lab
-        folder.mkdir(parents=True)
-        nbformat.write(nb, folder / f"{lab}.ipynb")
-        if job.get("timestamp"):
-            (folder / "timestamp.txt").write_text(job["timestamp"])
-        shutil.copyfile(job["gradebook"], scratch / "gradebook.db")
-        runtime = scratch / "runtime"
-        runtime.mkdir()
-        runtime.chmod(0o711)
-        sandbox.write_kernelspec(scratch / "jupyter")
-        events = runtime / "events.jsonl"
-        settings = {
-            "runtime": str(runtime),
-            "readonly": [job["data_root"]] if job.get("data_root") else [],
-            "files": job.get("files", []),
-            "env": {"COURSE_DATA_ROOT": job["data_root"]} if job.get("data_root") else {},
-            "threads": sandbox.KERNEL_THREADS,
-            "budget_s": budget,
-            "events": str(events),
-        }
-        os.environ.update(
-            {
-                sandbox.SETTINGS_ENV: json.dumps(settings),
-                "JUPYTER_PATH": str(scratch / "jupyter"),
-                "JUPYTER_RUNTIME_DIR": str(runtime),
-            }
-        )
-        changes = {"JudgeRecords": {"reference_dir": job["reference_dir"]}}
-        if job.get("cell_timeout"):
-            changes["Execute"] = {"timeout": job["cell_timeout"]}
+        changes, events = _scratch_course(scratch, job)
         api = api_for(str(scratch), changes)
         timings["intake"] = time.monotonic() - started
-
-        mark = time.monotonic()
-        sandbox.KERNEL_STARTS.clear()
-        judge.CHECK_TIMES.clear()
-        answer = api.autograde(lab, NEUTRAL_ID, force=True, create=True)
-        autograde = time.monotonic() - mark
-        timings["kernel_start"] = sum(sandbox.KERNEL_STARTS)
-        timings["checks"] = sum(judge.CHECK_TIMES)
-        timings["execution"] = autograde - timings["kernel_start"] - timings["checks"]
-        log = str(answer.get("log", "")) + "\n" + str(answer.get("error", ""))
-        graded_path = scratch / "autograded" / NEUTRAL_ID / lab / f"{lab}.ipynb"
-        if not answer.get("success") or not graded_path.is_file():
-            if events.is_file():
-                result["reason"] = f"stopped after the whole-notebook budget of {budget:g} s"
-            else:
-                result["reason"] = failure_reason(log)
-            return result
-
-        graded_text = graded_path.read_text(encoding="utf-8")
-        graded = nbformat.reads(graded_text, as_version=4)
-        result["verdicts"] = verdicts(graded)
-        result["scores"] = _scores(scratch / "gradebook.db", lab)
-        result["autograded"] = graded_text
-
-        result["ok"] = True
-        if not job.get("feedback", True):
-            return result
-        mark = time.monotonic()
-        feedback = api.generate_feedback(lab, NEUTRAL_ID, force=True)
-        page = scratch / "feedback" / NEUTRAL_ID / lab / f"{lab}.html"
-        timings["feedback"] = time.monotonic() - mark
-        if feedback.get("success") and page.is_file():
-            html = page.read_bytes()
-            if len(html) > MAX_FEEDBACK_BYTES:
-                html = TOO_BIG_FEEDBACK.format(limit=MAX_FEEDBACK_BYTES // 2**20).encode()
-            result["feedback"] = html.decode("utf-8", "replace")
-        else:
-            result["feedback_problem"] = "nbgrader generate_feedback did not write it"
+        if _autograde(api, scratch, job, events, result) and job.get("feedback", True):
+            _feedback(api, scratch, job["lab"], result)
         return result
     except Exception as error:  # a hand-in must never stop the class: say why, move on
         result["reason"] = f"the grader failed on this hand-in: {type(error).__name__}: {error}"

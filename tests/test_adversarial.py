@@ -41,8 +41,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from graders import intake, judge, sandbox
+from graders import intake, judge, records, sandbox, sandbox_argv, sandbox_host
 from graders.build import build, source_notebook
+from graders.build_reference import prepare_references
 from graders.course import REPO, SOLUTIONS, lab_source
 from graders.demo import declared_class, student_notebook, write_class
 from graders.grade import grade_class
@@ -78,7 +79,7 @@ TEST_CELLS = [
 ]
 CELL_TIMEOUT = 20
 BUDGET_S = 15  # the budget test's; long enough for the setup cell and one exercise
-MIME = judge.MIME
+MIME = records.MIME
 SECRET_NAME, SECRET = "COURSE_TEST_SECRET", "s3cr3t-token"
 DUE = datetime(2024, 1, 1)  # the lab's due date in the main class (UTC, as nbgrader keeps it)
 LATE = "2024-01-02 12:00:00.000000 UTC"  # 36 hours after it
@@ -862,7 +863,7 @@ def make_class(root: Path, paths: dict[str, Path]) -> dict[str, float]:
     append(nb, constants(_FILES=files, _FOLDERS=folders, _SECRET=SECRET) + "\n" + PROBE_SECRETS)
     append(nb, PROBE_FORKS)
     append(nb, PROBE_FILLS)
-    if sandbox.memory_groups().why_not is None:  # without a cgroup it would take 12 GiB
+    if sandbox_host.memory_groups().why_not is None:  # without a cgroup it would take 12 GiB
         append(nb, constants(_WAIT_S=HOG_WAIT_S) + "\n" + MEMORY_HOG)
     add("sandbox_probe", nb, 10)  # its probes run after the last test cell
 
@@ -1024,7 +1025,7 @@ def pristine(tmp_path_factory):
     """A built course (source, release, gradebook, reference records), copied by each run."""
     root = tmp_path_factory.mktemp("pristine")
     build(root=root, labs=[LAB], release=root / "labs")
-    judge.prepare_references(root, [LAB], workers=2)
+    prepare_references(root, [LAB], workers=2)
     return root
 
 
@@ -1190,7 +1191,7 @@ def test_one_hand_in_cannot_stop_the_class(graded):
 def ways_to_the_allowed(folder: str) -> set[str]:
     """The entries of `folder` a kernel may see: the first step towards a path on its
     allow-list (the Python environment, graders/kernel), and nothing else."""
-    allowed = [*sandbox.python_paths(), sandbox.KERNEL_SIDE]
+    allowed = [*sandbox_argv.python_paths(), sandbox_argv.KERNEL_SIDE]
     return {p.relative_to(folder).parts[0] for p in allowed if Path(folder) in p.parents}
 
 
@@ -1211,19 +1212,19 @@ def test_the_sandbox_shows_nothing_secret_and_holds_its_limits(graded):
     assert SECRET not in outputs(root, "sandbox_probe")
     assert not probe["proc_1_environ"]
     forks = reported(root, "sandbox_probe", "FORKS")
-    assert 0 < forks["started"] < sandbox.PROCESS_CAP and forks["error"] == "EAGAIN", forks
+    assert 0 < forks["started"] < sandbox_argv.PROCESS_CAP and forks["error"] == "EAGAIN", forks
     shm = reported(root, "sandbox_probe", "FILLS")["shm"]
-    assert shm["mib"] <= sandbox.SHM_BYTES >> 20 and shm["error"] in ("ENOSPC", "EFBIG"), shm
+    assert shm["mib"] <= sandbox_argv.SHM_BYTES >> 20 and shm["error"] in ("ENOSPC", "EFBIG"), shm
 
 
 def test_memory_over_many_processes_is_capped_together(graded):
     root, _scores, _report, _before = graded
-    if sandbox.memory_groups().why_not is not None:
+    if sandbox_host.memory_groups().why_not is not None:
         pytest.skip("no cgroup on this machine: the hog would take 12 GiB")
     hog = reported(root, "sandbox_probe", "HOG")
     assert hog["children"] == 8
     # never more than the cap at once: 8 x 1.5 GiB is twice GROUP_MEMORY_BYTES
-    assert hog["holding_at_the_end"] * 1.5 * 2**30 < sandbox.GROUP_MEMORY_BYTES, hog
+    assert hog["holding_at_the_end"] * 1.5 * 2**30 < sandbox_argv.GROUP_MEMORY_BYTES, hog
     # either the cap killed some, or (a slow machine) they had not all got their memory yet
     assert hog["killed_by_the_cap"] > 0 or hog["allocated"] < 4, hog
 
@@ -1237,7 +1238,7 @@ def test_the_kernel_cannot_fill_the_hosts_disk(graded):
 def test_the_kernels_tmp_is_capped_like_its_working_folder(graded):
     root, _scores, _report, _before = graded
     tmp = reported(root, "sandbox_probe", "FILLS")["tmp"]
-    assert tmp["mib"] <= sandbox.WORKDIR_BYTES >> 20, tmp
+    assert tmp["mib"] <= sandbox_argv.WORKDIR_BYTES >> 20, tmp
 
 
 # ---------------------------------------------------------------------------- late work

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from graders.build import build
+from graders.class_run import read_scores
 from graders.course import REPO
 from graders.demo import write_class
-from graders.grade import GRADING_LOG, read_scores
+from graders.gradelog import GRADING_LOG
 
 LABS = ["lab02_backprop", "lab03_accumulation"]
 DASK = str(Path(sys.executable).parent / "dask")

@@ -18,14 +18,14 @@ import pytest
 from graders.build import build
 from graders.catalogue import catalogue, expected
 from graders.course import LABS, REPO, lab_source
-from graders.demo import answer_ids, compare, declared_class, write_class
+from graders.demo import answer_ids, declared_class, score_mismatches, write_class
 from graders.feedback import TemplateFeedback
 
 
 def test_demo_class_gets_its_declared_scores(course, graded):
     students, _packs, report = graded
     assert not report.problems, report.problems
-    assert compare(students, report.scores) == []
+    assert score_mismatches(students, report.scores) == []
     # every lab's demo class is complete: full marks, nothing, part, a crash, two mistakes
     for lab in LABS:
         declared = {s.name: s.score for s in declared_class(lab)}

@@ -9,16 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from graders.judge import (
-    MIME,
-    Malformed,
-    cell_records,
-    compare,
-    hidden_lines,
-    parse_record,
-    verdict,
-)
+from graders.comparison import first_difference as compare
+from graders.judge import hidden_lines, verdict
 from graders.kernel.grader_observe import encode
+from graders.records import MIME, Malformed, cell_records, parse_record
 
 
 def record(name, value, rtol=1e-5, atol=1e-8, hint=None):
@@ -165,24 +159,25 @@ def test_records_of_a_cell_are_read_in_order():
 
 def test_the_reference_is_made_again_when_the_recorder_changes(tmp_path, monkeypatch):
     """The cached reference is stale when graders/kernel/ changes (how values are recorded)."""
-    import graders.sandbox
-    from graders import judge
+    from graders import build_reference
 
     kernel = tmp_path / "kernel"
     kernel.mkdir()
     (kernel / "grader_observe.py").write_text("# version 1\n")
-    monkeypatch.setattr(graders.sandbox, "KERNEL_SIDE", kernel)
+    monkeypatch.setattr(build_reference, "KERNEL_SIDE", kernel)
     runs = []
     monkeypatch.setattr(
-        judge, "reference_observations", lambda solution, threads: runs.append(1) or {"t": []}
+        build_reference,
+        "reference_observations",
+        lambda solution, threads: runs.append(1) or {"t": []},
     )
     solution, cache = tmp_path / "lab.ipynb", tmp_path / "reference" / "lab.json"
     solution.write_text("{}")
     for _ in range(2):
-        assert judge.cached_reference(solution, cache) == {"t": []}
+        assert build_reference.cached_reference(solution, cache) == {"t": []}
     assert len(runs) == 1
     (kernel / "grader_observe.py").write_text("# version 2\n")
-    judge.cached_reference(solution, cache)
+    build_reference.cached_reference(solution, cache)
     assert len(runs) == 2
 
 

@@ -32,8 +32,9 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 from nbformat.v4 import new_code_cell, new_notebook
+from traitlets.config import Config
 
-from graders import sandbox, task
+from graders import sandbox, sandbox_host, task
 from graders.course import REPO
 
 pytestmark = [
@@ -62,7 +63,6 @@ def text(cell) -> str:
 
 def test_a_cell_past_its_timeout_is_interrupted_under_the_default_kernelspec(tmp_path, monkeypatch):
     monkeypatch.delenv("JUPYTER_PATH", raising=False)  # nbgrader's own: the default spec
-    monkeypatch.delenv(sandbox.SETTINGS_ENV, raising=False)
     nb = new_notebook(
         cells=[
             new_code_cell("import time\nwhile True:\n    time.sleep(0.01)"),
@@ -111,13 +111,12 @@ def assert_nothing_left(manager) -> None:
     assert str(private) not in Path("/proc/mounts").read_text()
     # the kernel's command line names its connection file, in its private folder
     assert running_with(str(private)) == []
-    if sandbox.memory_groups().why_not is None:
+    if sandbox_host.memory_groups().why_not is None:
         assert manager._groups  # where cgroups can be made, the kernel had its own
     assert all(not group.exists() for group in manager._groups)
 
 
 def test_a_kernel_that_has_run_its_notebook_leaves_nothing_behind(tmp_path, monkeypatch):
-    monkeypatch.delenv(sandbox.SETTINGS_ENV, raising=False)
     manager_class, made, asked = recorded()
     nb = new_notebook(cells=[new_code_cell("print('ran', 6 * 7)")])
     run(nb, tmp_path, manager=manager_class, timeout=60)
@@ -128,7 +127,6 @@ def test_a_kernel_that_has_run_its_notebook_leaves_nothing_behind(tmp_path, monk
 
 
 def test_a_kernel_that_ends_by_itself_leaves_nothing_behind(tmp_path, monkeypatch):
-    monkeypatch.delenv(sandbox.SETTINGS_ENV, raising=False)
     manager_class, made, _ = recorded()
     nb = new_notebook(
         cells=[new_code_cell("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")]
@@ -144,10 +142,10 @@ def test_a_runtime_folder_too_deep_for_a_socket_still_runs_the_kernel(tmp_path, 
     must not stop every kernel with ZMQ's 'File name too long'."""
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)
-    monkeypatch.setenv(sandbox.SETTINGS_ENV, json.dumps({"runtime": str(deep)}))
     manager_class, made, _ = recorded()
     nb = new_notebook(cells=[new_code_cell("print('ran', 6 * 7)")])
-    run(nb, tmp_path, manager=manager_class, timeout=60)
+    settings = Config({"SandboxKernelManager": {"sandbox": {"runtime": str(deep)}}})
+    run(nb, tmp_path, manager=manager_class, timeout=60, config=settings)
     assert "ran 42" in text(nb.cells[0])
     (manager,) = made
     assert deep not in manager._private.parents  # the machine's own runtime folder instead
@@ -162,8 +160,7 @@ scratch, _claim = task._claim_scratch()
 runtime = scratch / "task-1" / "runtime"
 runtime.mkdir(parents=True)
 runtime.chmod(0o711)
-os.environ[sandbox.SETTINGS_ENV] = json.dumps({"runtime": str(runtime)})
-manager = sandbox.SandboxKernelManager()
+manager = sandbox.SandboxKernelManager(sandbox={"runtime": str(runtime)})
 asyncio.run(manager.start_kernel())
 print(json.dumps({"private": str(manager._private), "groups": [str(g) for g in manager._groups]}))
 sys.stdout.flush()

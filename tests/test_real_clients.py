@@ -36,11 +36,12 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from graders import sandbox
+from graders import sandbox, sandbox_argv, sandbox_host
 from graders.build import source_notebook, write_sources
+from graders.build_reference import prepare_references
 from graders.course import LABS, REPO, lab_source
 from graders.demo import declared_class, student_notebook
-from graders.judge import BEGIN, ENVIRONMENT, prepare_references
+from graders.judge import BEGIN, ENVIRONMENT
 
 pytestmark = pytest.mark.timeout(1200)
 
@@ -384,9 +385,9 @@ def test_a_python_environment_under_tmp_is_seen_in_the_sandbox():
         readonly = Path(tmp) / "env"
         readonly.mkdir()
         (readonly / "marker").write_text("here")
-        private = Path(tempfile.mkdtemp(prefix="kernel-", dir=sandbox._private_root()))
+        private = Path(tempfile.mkdtemp(prefix="kernel-", dir=sandbox_host._private_root()))
         try:
-            argv = sandbox.kernel_argv(
+            argv = sandbox_argv.kernel_argv(
                 ["/bin/cat", str(readonly / "marker")], private, readonly=[readonly]
             )
             result = subprocess.run(argv, capture_output=True, text=True, timeout=60)

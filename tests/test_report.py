@@ -27,10 +27,13 @@ import nbformat
 import pytest
 
 from graders.build import build
+from graders.class_run import read_scores
 from graders.course import REPO
 from graders.demo import write_class
-from graders.grade import GRADING_LOG, grade_class, read_scores
-from graders.report import WIDE_CSV, build_report
+from graders.grade import grade_class
+from graders.gradelog import GRADING_LOG
+from graders.report import build_report
+from graders.report_page import WIDE_CSV
 
 LABS = ["lab02_backprop", "lab03_accumulation"]  # the two fastest labs to grade
 ODD = '<b>Ann & "O\'Neil" #1 50%?'  # a student folder name with HTML and URL characters
@@ -369,7 +372,7 @@ def test_an_ungraded_course_and_a_missing_gradebook(tmp_path):
 def test_runs_are_told_apart_in_the_log():
     """A run's wall time runs from its first hand-in's start (graded_at less queue wait and
     grading time) to its last graded_at; a regrade later on is a run of its own."""
-    from graders.report import runs
+    from graders.report_numbers import runs
 
     def line(at: str, **timings) -> dict:
         return {

@@ -14,7 +14,7 @@ import pytest
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
-from graders import sandbox
+from graders import sandbox, sandbox_argv
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -60,7 +60,6 @@ def run_in_sandbox(source: str, tmp_path: Path) -> tuple[str, str]:
 
 @pytest.mark.skipif(sandbox.available() is not None, reason="needs bubblewrap")
 def test_the_kernel_reads_the_graders_font_list_and_cannot_change_it(tmp_path, monkeypatch):
-    monkeypatch.delenv(sandbox.SETTINGS_ENV, raising=False)
     given = sandbox.matplotlib_font_list()
     assert given is not None, "this machine's font list names only fonts the kernel sees"
     name, data = given
@@ -87,12 +86,14 @@ def test_a_font_list_naming_a_font_the_kernel_cannot_see_is_not_given(tmp_path):
         return path
 
     seen = font_list("fonts/ttf/DejaVuSans.ttf", "/usr/share/fonts/truetype/x.ttf")
-    assert sandbox.font_list_for_kernel(seen) == seen.read_bytes()
+    assert sandbox_argv.font_list_for_kernel(seen) == seen.read_bytes()
     for hidden in ("/root/.fonts/x.ttf", "/home/teacher/.local/share/fonts/x.ttf",
                    "/usr/../root/x.ttf", "/opt/fonts/x.ttf", "../../etc/x.ttf"):  # fmt: skip
-        assert sandbox.font_list_for_kernel(font_list("fonts/ttf/a.ttf", hidden)) is None, hidden
+        assert sandbox_argv.font_list_for_kernel(font_list("fonts/ttf/a.ttf", hidden)) is None, (
+            hidden
+        )
     (tmp_path / "broken.json").write_text("{not json")
-    assert sandbox.font_list_for_kernel(tmp_path / "broken.json") is None
-    assert sandbox.font_list_for_kernel(tmp_path / "missing.json") is None
-    (tmp_path / "big.json").write_bytes(b" " * (sandbox.FONT_LIST_MAX_BYTES + 1))
-    assert sandbox.font_list_for_kernel(tmp_path / "big.json") is None
+    assert sandbox_argv.font_list_for_kernel(tmp_path / "broken.json") is None
+    assert sandbox_argv.font_list_for_kernel(tmp_path / "missing.json") is None
+    (tmp_path / "big.json").write_bytes(b" " * (sandbox_argv.FONT_LIST_MAX_BYTES + 1))
+    assert sandbox_argv.font_list_for_kernel(tmp_path / "big.json") is None

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from graders import sandbox
+from graders import sandbox_argv, sandbox_host
 
 NOBODY = 65534
 
 pytestmark = pytest.mark.skipif(
-    os.getuid() != 0 or shutil.which("setpriv") is None or sandbox.available() is not None,
+    os.getuid() != 0 or shutil.which("setpriv") is None or sandbox_argv.available() is not None,
     reason="needs root (to become an unprivileged user), setpriv and bubblewrap",
 )
 
@@ -44,10 +44,10 @@ def test_an_unprivileged_grader_gets_the_same_allow_list(open_tmp, monkeypatch):
     private = tmp_path / "kernel-x"
     private.mkdir()
     os.chown(private, NOBODY, NOBODY)
-    monkeypatch.setattr(sandbox.os, "getuid", lambda: 1000)  # argv for a non-root grader
-    monkeypatch.setattr(sandbox, "python_paths", lambda: [])
-    monkeypatch.setattr(sandbox, "KERNEL_SIDE", Path("/nonexistent"))
-    monkeypatch.setattr(sandbox, "_nproc_cap", lambda: 4096)
+    monkeypatch.setattr(sandbox_argv.os, "getuid", lambda: 1000)  # argv for a non-root grader
+    monkeypatch.setattr(sandbox_argv, "python_paths", lambda: [])
+    monkeypatch.setattr(sandbox_argv, "KERNEL_SIDE", Path("/nonexistent"))
+    monkeypatch.setattr(sandbox_argv, "_nproc_cap", lambda: 4096)
     monkeypatch.setenv("COURSE_TEST_SECRET", "s3cr3t-token")
     script = (
         "id -u; echo TOP $(ls /); env; "
@@ -56,7 +56,7 @@ def test_an_unprivileged_grader_gets_the_same_allow_list(open_tmp, monkeypatch):
         f"echo x > {private}/sock && echo WROTE-PRIVATE; "
         "cat /etc/passwd 2>/dev/null || echo NO-PASSWD"
     )
-    argv = sandbox.kernel_argv(["/bin/sh", "-c", script], private, readonly=[], threads=1)
+    argv = sandbox_argv.kernel_argv(["/bin/sh", "-c", script], private, readonly=[], threads=1)
     assert "--unshare-user" in argv and "setpriv" not in " ".join(argv)
     result = unprivileged(argv)
     assert result.returncode == 0, result.stderr
@@ -79,7 +79,7 @@ def test_a_root_grader_runs_the_kernel_as_a_user_of_its_own(tmp_path):
     private.mkdir()
     uid = 234_567
     os.chown(private, uid, uid)
-    argv = sandbox.kernel_argv(
+    argv = sandbox_argv.kernel_argv(
         ["/bin/sh", "-c", "id -u; cat /proc/self/status | grep CapEff"],
         private,
         readonly=[],
@@ -92,7 +92,7 @@ def test_a_root_grader_runs_the_kernel_as_a_user_of_its_own(tmp_path):
 
 
 def test_the_memory_groups_set_their_limits():
-    groups = sandbox.memory_groups()
+    groups = sandbox_host.memory_groups()
     if groups.why_not:
         pytest.skip(groups.why_not)
     made = groups.make("grading-test-limits")
@@ -102,8 +102,8 @@ def test_the_memory_groups_set_their_limits():
                           and f.name in ("memory.max", "memory.limit_in_bytes", "pids.max")}
                  for p in made}  # fmt: skip
         values = {v for group in texts.values() for v in group.values()}
-        assert str(sandbox.PROCESS_CAP) in values
-        assert any(int(v) <= sandbox.GROUP_MEMORY_BYTES for v in values if v.isdigit())
+        assert str(sandbox_argv.PROCESS_CAP) in values
+        assert any(int(v) <= sandbox_argv.GROUP_MEMORY_BYTES for v in values if v.isdigit())
     finally:
-        sandbox.MemoryGroups.remove(made)
+        sandbox_host.MemoryGroups.remove(made)
     assert not any(p.exists() for p in made)

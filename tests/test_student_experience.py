@@ -18,7 +18,7 @@ import nbformat
 import pytest
 import torch
 
-from graders import sandbox
+from graders import sandbox, sandbox_argv
 from graders.build import source_notebook
 from graders.course import LABS, REPO, SOLUTIONS
 from graders.demo import declared_class, student_notebook
@@ -255,7 +255,7 @@ def test_the_outside_kernel_cannot_see_the_repository(tmp_path):
     problems = errors(nb)
     assert len(problems) == 2, problems
     assert "ModuleNotFoundError" in problems[0] and "FileNotFoundError" in problems[1]
-    assert nb.cells[2].outputs[0]["text"].strip() == sandbox.WORKDIR
+    assert nb.cells[2].outputs[0]["text"].strip() == sandbox_argv.WORKDIR
 
 
 @pytest.mark.parametrize("lab", LABS)

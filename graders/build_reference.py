@@ -1,0 +1,94 @@
+"""Reference-making, a step of the build: run each lab's solution notebook (trusted code only)
+and keep its records in build/reference/<lab>.json (graders/references.py), which the judge
+compares every hand-in with. `make build` calls `prepare_references` (graders/build.py), the
+class run too (to remake what is stale), and a plain ``nbgrader autograde`` in the repository
+through the judge (`cached_reference`)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+from graders import references
+from graders.records import Observations, records, test_cells
+from graders.references import ReferenceFile
+from graders.sandbox_argv import KERNEL_SIDE, KERNEL_THREADS
+
+
+def reference_observations(
+    solution: Path, timeout: int = 600, threads: int | None = None
+) -> Observations:
+    """Run the instructor's solution notebook (trusted code only) and collect its records
+    (with the students' number of torch threads, so that both compute alike). A test cell of
+    the solution that fails is the instructor's mistake: it stops here, by name."""
+    from jupyter_client.manager import AsyncKernelManager
+    from jupyter_core.utils import run_sync
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(solution, as_version=4)
+    with tempfile.TemporaryDirectory(prefix="reference-") as tmp:
+        km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=f"{tmp}/kernel")
+        client = NotebookClient(
+            nb, km=km, timeout=timeout, resources={"metadata": {"path": tmp}}, allow_errors=True
+        )
+        env = dict(os.environ, NBGRADER_EXECUTION="autograde", PYTHONPATH=str(KERNEL_SIDE))
+        if threads:
+            env["OMP_NUM_THREADS"] = str(threads)
+        try:
+            client.execute(env=env)
+        finally:  # the client does not stop a kernel it was handed
+            run_sync(km.shutdown_kernel)(now=True)
+    for _, cell in test_cells(nb):
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                raise RuntimeError(
+                    f"{solution}: the solution fails its own test cell "
+                    f"{cell.metadata.nbgrader['grade_id']!r}: {output.ename}: {output.evalue}"
+                )
+    return records(nb)
+
+
+def cached_reference(solution: Path, cache: Path) -> Observations:
+    """`reference_observations` of `solution`, kept in `cache` and reused while the notebook,
+    the kernel-side code that records (graders/kernel/), torch and the kernels' thread count
+    are the same (once per release, not per grading)."""
+    from importlib.metadata import version
+
+    made_of = f"torch {version('torch')}, {KERNEL_THREADS} thread(s), ".encode()
+    recorder = b"".join(path.read_bytes() for path in sorted(KERNEL_SIDE.glob("*.py")))
+    key = hashlib.sha256(made_of + recorder + solution.read_bytes()).hexdigest()
+    try:
+        saved = references.read(cache)
+        if saved["key"] == key:
+            return saved["observations"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # missing, stale or damaged: make it again
+    started = time.monotonic()
+    observed = reference_observations(solution, threads=KERNEL_THREADS)
+    seconds = round(time.monotonic() - started, 2)  # what a hand-in of this lab may cost
+    references.write(cache, ReferenceFile(key=key, observations=observed, seconds=seconds))
+    return observed
+
+
+def prepare_references(root: Path, labs: list[str], workers: int | None = None) -> None:
+    """Run each lab's solution notebook once and keep its records in build/reference/
+    (`make build` does this, so that grading a class only reads them)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from graders.course import prepare_data
+
+    os.environ.update(prepare_data(labs))
+
+    def one(lab: str):
+        solution = root / "build" / "source" / lab / f"{lab}.ipynb"
+        if not solution.is_file():
+            raise SystemExit(f"{solution} is missing: run `make build` first.")
+        return cached_reference(solution, references.path(references.folder(root), lab))
+
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        list(pool.map(one, labs))

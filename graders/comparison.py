@@ -1,0 +1,117 @@
+"""How a hand-in's records differ from the solution's: `first_difference` says which check and
+what kind of answer was wrong, in words that name parts and kinds, never a reference value.
+The records have been parsed already (graders/records.py); the reference's tolerances and
+hints are used, never the student's."""
+
+from __future__ import annotations
+
+import math
+
+from graders.records import Record
+
+DTYPES = {f"torch.{name}" for name in (
+    "float16", "float32", "float64", "bfloat16", "complex64", "complex128", "int8", "int16",
+    "int32", "int64", "uint8", "bool")}  # fmt: skip
+
+
+def _is_tensor(value) -> bool:
+    return isinstance(value, dict) and set(value) == {"tensor", "shape", "dtype"}
+
+
+def _kind(value) -> str:
+    if value is None:
+        return "None"
+    if _is_tensor(value):
+        return "a tensor"
+    kinds = {bool: "True/False", int: "a number", float: "a number", str: "text", list: "a list"}
+    return kinds.get(type(value), "named values" if isinstance(value, dict) else "something else")
+
+
+def _close_numbers(ref, got, rtol: float, atol: float) -> bool:
+    if isinstance(ref, list):
+        return (
+            isinstance(got, list)
+            and len(ref) == len(got)
+            and all(_close_numbers(r, g, rtol, atol) for r, g in zip(ref, got, strict=True))
+        )
+    if isinstance(ref, bool) or isinstance(got, bool):
+        return type(ref) is type(got) and ref == got
+    if isinstance(ref, int | float) and isinstance(got, int | float):
+        return math.isclose(ref, got, rel_tol=rtol, abs_tol=atol)
+    return type(ref) is type(got) and ref == got
+
+
+def difference(ref, got, rtol: float, atol: float, where: str = "") -> str | None:
+    """How `got` differs from `ref`, in words that name the part and never a value of ref."""
+    part = where or "the result"
+    if _is_tensor(ref):
+        if not _is_tensor(got):
+            return f"{part} is {_kind(got)} where the solution gives a tensor"
+        if ref["shape"] != got["shape"]:
+            shape = got["shape"]
+            ok = (
+                isinstance(shape, list)
+                and len(shape) <= 8
+                and all(isinstance(n, int) and not isinstance(n, bool) for n in shape)
+            )
+            shown = f"shape {tuple(shape)}" if ok else "a malformed shape"
+            return f"{part} has {shown}, not the shape the solution gives"
+        if ref["dtype"] != got["dtype"]:
+            dtype = got["dtype"] if got["dtype"] in DTYPES else "another dtype"
+            return f"{part} has {dtype}, not the dtype the solution gives"
+        if not _close_numbers(ref["tensor"], got["tensor"], rtol, atol):
+            return f"{part} has the wrong values"
+        return None
+    if ref is None or got is None or isinstance(ref, bool) or isinstance(got, bool):
+        if type(ref) is not type(got):
+            return f"{part} is {_kind(got)} where the solution gives {_kind(ref)}"
+        return None if ref == got else f"{part} is {got}, not what the solution gives"
+    if isinstance(ref, int | float):
+        if not isinstance(got, int | float):
+            return f"{part} is {_kind(got)} where the solution gives a number"
+        return None if math.isclose(ref, got, rel_tol=rtol, abs_tol=atol) else f"{part} is wrong"
+    if isinstance(ref, str):
+        if not isinstance(got, str):
+            return f"{part} is {_kind(got)} where the solution gives text"
+        return None if ref == got else f"{part} is not what the solution gives"
+    if isinstance(ref, list):
+        if not isinstance(got, list):
+            return f"{part} is {_kind(got)} where the solution gives a list"
+        if len(ref) != len(got):
+            return f"{part} has {len(got)} items, not as many as the solution gives"
+        for i, (r, g) in enumerate(zip(ref, got, strict=True)):
+            why = difference(r, g, rtol, atol, f"{where}[{i}]" if where else f"item {i}")
+            if why:
+                return why
+        return None
+    if isinstance(ref, dict):
+        if not isinstance(got, dict):
+            return f"{part} is {_kind(got)} where the solution gives named values"
+        for key in ref:
+            name = f"{where}.{key}" if where else key
+            if key not in got:
+                return f"{name} is missing"
+            why = difference(ref[key], got[key], rtol, atol, name)
+            if why:
+                return why
+        extra = set(got) - set(ref)
+        return f"{part} has a part the solution does not give" if extra else None
+    return f"{part} cannot be compared"
+
+
+def first_difference(reference: list[Record], student: list[Record]) -> str | None:
+    """None when the student's records match the reference's, else a sentence saying which
+    check and what kind of answer was wrong (names and kinds, never the expected values)."""
+    for i, ref in enumerate(reference):
+        if i >= len(student):
+            return f"the check did not get as far as '{ref['name']}'"
+        got = student[i]
+        if got.get("name") != ref["name"]:
+            return f"'{ref['name']}' was expected next, the check recorded something else"
+        why = difference(ref["value"], got["value"], ref["rtol"], ref["atol"])
+        if why:
+            hint = f" ({ref['hint']})" if ref.get("hint") else ""
+            return f"{ref['name']}: {why}{hint}"
+    if len(student) > len(reference):
+        return "the check recorded more results than the solution does"
+    return None

@@ -1,0 +1,65 @@
+"""Reference files: build/reference/<lab>.json, the records of a lab's solution notebook.
+
+`make build` makes them (graders.build_reference runs the solution); the judge compares each
+hand-in's records with them; the class run ships them to its tasks (graders.task writes a
+task's copy in its scratch course) and orders the hand-ins by `seconds`. A `ReferenceFile`:
+
+* ``observations``: `graders.records.Observations`, by test cell's grade_id;
+* ``key``: what they were made from (solution, recorder, torch, threads), so a stale file is
+  made again; absent in a task's copy;
+* ``seconds``: how long the solution took to run, what a hand-in of this lab may cost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TypedDict
+
+from graders.records import Observations
+
+
+class ReferenceFile(TypedDict, total=False):
+    key: str
+    observations: Observations
+    seconds: float
+
+
+def folder(root: Path) -> Path:
+    """Where a course keeps its reference files."""
+    return root / "build" / "reference"
+
+
+def path(where: Path, lab: str) -> Path:
+    """The reference file of `lab` in the folder `where`."""
+    return where / f"{lab}.json"
+
+
+def read(file: Path) -> ReferenceFile:
+    """The file as written; raises OSError or ValueError when it is missing or damaged."""
+    saved = json.loads(file.read_text())
+    if not isinstance(saved, dict):
+        raise ValueError(f"{file} is not a JSON object")
+    return saved
+
+
+def observations(file: Path) -> Observations:
+    """The records in `file`; raises OSError, ValueError or KeyError."""
+    return read(file)["observations"]
+
+
+def seconds(file: Path) -> float:
+    """How long the solution took (0 where the file is missing, damaged or untimed)."""
+    try:
+        return float(read(file).get("seconds", 0))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0.0
+
+
+def write(file: Path, saved: ReferenceFile) -> None:
+    """Write `saved` to `file` whole or not at all (a reader never sees half a file)."""
+    file.parent.mkdir(parents=True, exist_ok=True)
+    partial = file.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(json.dumps(saved))
+    partial.replace(file)

@@ -1,0 +1,284 @@
+"""The sandbox's command line: what a grading kernel sees, who it is, its environment and
+its limits, as bubblewrap (and prlimit) arguments. graders/sandbox.py says why each is so;
+graders/sandbox_host.py keeps the host's side (cgroups, mounts, dead kernels).
+
+`kernel_argv` wraps a kernel's command; `available` says whether bubblewrap runs here at all.
+Nothing here starts a kernel or changes the host: it only builds lists of strings (and reads
+the machine: /proc, the Python environment, matplotlib's font list).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from functools import cache
+from pathlib import Path
+
+KERNEL_SIDE = Path(__file__).resolve().parent / "kernel"  # grader_observe, for hidden tests
+MEMORY_CAP_BYTES = 8 * 2**30  # address space per process; torch with dynamo maps about 4 GiB
+GROUP_MEMORY_BYTES = 6 * 2**30  # resident memory of all the kernel's processes (cgroup)
+PROCESS_CAP = 256  # processes and threads of one kernel
+FILE_CAP_BYTES = 64 * 2**20  # the largest file a notebook may write
+WORKDIR_BYTES = 256 * 2**20  # the kernel's working folder (tmpfs), all files together
+PRIVATE_BYTES = 8 * 2**20  # its runtime folder (connection file, sockets): a tmpfs as root
+SHM_BYTES = 64 * 2**20  # its /dev/shm
+FONT_LIST_MAX_BYTES = 2**20  # matplotlib's font list, given to each kernel (a few dozen kB)
+# torch threads of a graded kernel (and of the reference run, so both compute alike): the
+# kernels run side by side, one per core, and more threads than cores make torch crawl
+KERNEL_THREADS = 1
+WORKDIR = "/home/student"  # the kernel's working folder and HOME, inside the sandbox
+
+
+def _bwrap() -> str | None:
+    return shutil.which("bwrap")
+
+
+@cache
+def available() -> str | None:
+    """None when sandboxed kernels can run here, else why not."""
+    if _bwrap() is None:
+        return "bubblewrap (bwrap) is not installed: `apt-get install bubblewrap`"
+    probe = subprocess.run(
+        [*_namespaces(), *_system_binds(), "--dev", "/dev", "--proc", "/proc",
+         *_drop_privileges(os.getuid() + 1 if os.getuid() == 0 else None), "/bin/true"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if probe.returncode != 0:
+        return f"bubblewrap cannot create namespaces here: {probe.stderr.strip()[:200]}"
+    return None
+
+
+def _namespaces() -> list[str]:
+    argv = [_bwrap() or "bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc"]
+    argv += ["--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+    if os.getuid() != 0:  # an unprivileged grader: a user namespace, "nobody" inside
+        argv += ["--unshare-user", "--uid", "65534", "--gid", "65534"]
+    return argv
+
+
+def _drop_privileges(uid: int | None) -> list[str]:
+    """As root, bubblewrap mounts with root's rights; the kernel then runs as `uid`."""
+    if uid is None:
+        return []
+    return [
+        "--", shutil.which("setpriv") or "/usr/bin/setpriv",
+        f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+        "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
+    ]  # fmt: skip
+
+
+def _system_binds() -> list[str]:
+    """/usr read-only, and the top-level links or folders that lead into it (/bin, /lib...)."""
+    argv = ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        top = Path("/") / name
+        if top.is_symlink():
+            argv += ["--symlink", os.readlink(top), str(top)]
+        elif top.is_dir():
+            argv += ["--ro-bind", str(top), str(top)]
+    argv += ["--perms", "0755", "--dir", "/etc"]
+    for name in ("ld.so.cache", "localtime"):  # the dynamic linker's cache; the time zone
+        path = Path("/etc") / name
+        if path.exists():
+            argv += ["--ro-bind", str(path.resolve()), str(path)]
+    return argv
+
+
+def python_paths() -> list[Path]:
+    """The folders the kernel's Python needs: this environment and the one it was made from."""
+    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent.parent}
+    paths |= {Path(p) for p in sysconfig.get_paths().values() if p}
+    roots = sorted(p.resolve() for p in paths if p.exists())
+    return [p for p in roots if not any(q != p and q in p.parents for q in roots)]
+
+
+def python_links() -> list[tuple[Path, Path]]:
+    """(where it leads, the path as the grader names it) for each of those folders that the
+    grader reaches through a link (``.venv -> /elsewhere/venv``): the kernel is started
+    through the path as named (sys.executable, unresolved), so the sandbox shows the
+    environment there too, not only where the link leads."""
+    named = {Path(sys.prefix), Path(sys.executable).parent.parent}
+    links = []
+    for path in sorted(named):
+        path = Path(os.path.abspath(path))
+        if path.exists() and path.resolve() != path and not str(path).startswith("/usr/"):
+            links.append((path.resolve(), path))
+    return links
+
+
+def _linked(links: list[tuple[Path, Path]], bound: list[Path], taken: set[Path]) -> list[str]:
+    """Bind each link's target read-only at the link's own path (a link inside a folder
+    already bound is seen there as it is, and needs nothing more)."""
+    argv = []
+    for target, path in links:
+        if path in taken or any(path.is_relative_to(root) for root in bound):
+            continue
+        for parent in reversed(path.parents):
+            if parent != Path("/") and parent not in taken:
+                argv += ["--perms", "0755", "--dir", str(parent)]
+                taken.add(parent)
+        argv += ["--ro-bind", str(target), str(path)]
+        taken.add(path)
+    return argv
+
+
+def _readonly(paths: list[Path], taken: set[Path]) -> list[str]:
+    """Bind `paths` read-only, with each parent made as a plain, traversable folder."""
+    argv = []
+    for path in paths:
+        if not path.exists() or str(path).startswith("/usr/"):
+            continue
+        for parent in reversed(path.parents):
+            if parent != Path("/") and parent not in taken:
+                argv += ["--perms", "0755", "--dir", str(parent)]
+                taken.add(parent)
+        argv += ["--ro-bind", str(path), str(path)]
+        taken.add(path)
+    return argv
+
+
+def kernel_env(private: Path, threads: int | None, extra: dict[str, str]) -> dict[str, str]:
+    """The kernel's whole environment: nothing of the grader's passes unless named here."""
+    bindir = str(Path(sys.executable).parent)
+    env = {
+        "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": WORKDIR,
+        "USER": "student",
+        "LOGNAME": "student",
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": str(KERNEL_SIDE),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "NBGRADER_EXECUTION": "autograde",
+        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+    }
+    if threads:
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            env[name] = str(threads)
+    for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # see the machine notes
+        if name in os.environ:
+            env[name] = os.environ[name]
+    # Scratch space of this kernel only (torch, once imported by the grader itself, exports
+    # TORCHINDUCTOR_CACHE_DIR under /tmp, which the kernel would inherit and cannot write).
+    for name, sub in {"TMPDIR": "tmp", "IPYTHONDIR": "ipython", "MPLCONFIGDIR": "matplotlib",
+                      "TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton",
+                      "XDG_CACHE_HOME": "cache"}.items():  # fmt: skip
+        env[name] = f"{WORKDIR}/.{sub}"
+    env.update(extra)
+    return env
+
+
+def font_list_for_kernel(path: Path) -> bytes | None:
+    """The bytes of matplotlib font list `path`, where every font it names is one a kernel
+    sees too: matplotlib's own (named relative to its data folder) or the system's, under
+    /usr. None for any other list (a font in someone's home, a file that is not a list)."""
+    try:
+        if path.stat().st_size > FONT_LIST_MAX_BYTES:
+            return None
+        data = path.read_bytes()
+        listed = json.loads(data)
+        fonts = listed["ttflist"] + listed["afmlist"]
+        names = [font["fname"] for font in fonts]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    for name in names:
+        if not isinstance(name, str):
+            return None
+        parts = Path(name).parts
+        if ".." in parts or (Path(name).is_absolute() and parts[:2] != ("/", "usr")):
+            return None
+    return data
+
+
+@cache
+def matplotlib_font_list() -> tuple[str, bytes] | None:
+    """(file name, bytes) of the font list the grader's own matplotlib keeps, for each
+    kernel's configuration folder, which starts empty: without it matplotlib scans the
+    machine's fonts again in every kernel (about 0.35 s of a hand-in on a 2-core machine).
+    Read once per grader process; None where there is no list fit for a kernel."""
+    try:
+        import matplotlib
+        from matplotlib import font_manager  # reads the list, or makes it the first time
+
+        name = f"fontlist-v{font_manager.FontManager.__version__}.json"
+        data = font_list_for_kernel(Path(matplotlib.get_cachedir()) / name)
+    except Exception:  # noqa: BLE001 - without it the kernel only starts slower
+        return None
+    return None if data is None else (name, data)
+
+
+def kernel_argv(
+    command: list[str],
+    private: Path,
+    readonly: list[Path],
+    threads: int | None = None,
+    env: dict[str, str] | None = None,
+    uid: int | None = None,
+    group: list[Path] | None = None,
+    files: list[Path] | None = None,
+    fonts: Path | None = None,
+) -> list[str]:
+    """`command` (the kernel's) in the sandbox. `private` (its connection file and sockets)
+    is the only host folder it may write; its working folder is a tmpfs of its own.
+    `uid`: the host user it runs as (root graders only). `group`: cgroup folders it joins.
+    `files`: read-only files put in its working folder (a lab's data beside the notebook).
+    `fonts`: matplotlib's font list, read-only in its configuration folder."""
+    argv = []
+    if group:  # join the cgroups first, then become the sandbox (sh is trusted, ours)
+        joins = " && ".join(f"echo $$ > {p}/cgroup.procs" for p in group)
+        argv += ["/bin/sh", "-c", f'{joins} && exec "$@"', "sh"]
+    argv += [
+        shutil.which("prlimit") or "prlimit",
+        f"--as={MEMORY_CAP_BYTES}",
+        f"--fsize={FILE_CAP_BYTES}",
+        f"--nproc={PROCESS_CAP if uid is not None else _nproc_cap()}",
+        "--core=0",
+        *_namespaces(),
+        "--clearenv",
+        *_system_binds(),
+    ]
+    # first: binds below /tmp stay visible; capped like the working folder
+    argv += ["--size", str(WORKDIR_BYTES), "--perms", "1777", "--tmpfs", "/tmp"]
+    taken: set[Path] = {Path("/usr"), Path("/tmp")}
+    bound = [*python_paths(), KERNEL_SIDE, *readonly]
+    argv += _readonly(bound, taken)
+    argv += _linked(python_links(), [Path("/usr"), *bound], taken)
+    argv += ["--dev", "/dev", "--proc", "/proc"]
+    argv += ["--size", str(SHM_BYTES), "--perms", "1777", "--tmpfs", "/dev/shm"]
+    argv += ["--perms", "0755", "--dir", "/home"]
+    argv += ["--size", str(WORKDIR_BYTES), "--perms", "0777", "--tmpfs", WORKDIR]
+    for path in files or []:  # declared files beside the notebook, read-only
+        argv += ["--ro-bind", str(path), f"{WORKDIR}/{Path(path).name}"]
+    if fonts is not None:  # a folder the kernel's user may write in, holding the list
+        argv += ["--perms", "0777", "--dir", f"{WORKDIR}/.matplotlib"]
+        argv += ["--ro-bind", str(fonts), f"{WORKDIR}/.matplotlib/{fonts.name}"]
+    for parent in reversed(private.parents):
+        if parent != Path("/") and parent not in taken:
+            argv += ["--perms", "0755", "--dir", str(parent)]
+            taken.add(parent)
+    argv += ["--bind", str(private), str(private), "--chdir", WORKDIR]
+    for name, value in kernel_env(private, threads, env or {}).items():
+        argv += ["--setenv", name, value]
+    # the scratch folders the environment names, made by the kernel's own user in its tmpfs
+    made = [f"{WORKDIR}/.{sub}" for sub in
+            ("tmp", "ipython", "matplotlib", "inductor", "triton", "cache")]  # fmt: skip
+    argv += _drop_privileges(uid) or ["--"]
+    script = "mkdir -p " + " ".join(made) + ' && exec "$@"'
+    return [*argv, "/bin/sh", "-c", script, "sh", *command]
+
+
+def _nproc_cap() -> int:
+    """RLIMIT_NPROC counts all processes of the user: an unprivileged grader's own count, plus
+    room for one kernel."""
+    uid = os.getuid()
+    mine = 0
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            if f"Uid:\t{uid}\t" in status.read_text():
+                mine += 1
+        except OSError:
+            continue
+    return mine + PROCESS_CAP

@@ -1,0 +1,98 @@
+"""What crosses between the instructor's side (graders.grade, graders.merge) and a grading task
+(graders.task), on whichever machine the engine (graders.engine) runs it: plain data only,
+since a task shares no file system with the instructor.
+
+* `Course`: what every task of a class run shares (graders.grade.course_inputs makes it);
+* `Job`: one hand-in (graders.grade makes it; graders.task.run adds `LocalJob`'s paths);
+* `Result`: what a task gives back (graders.task.grade), merged by graders.merge;
+* the task's timings file: the seconds the sandbox and the judge measured inside nbgrader,
+  appended by them (`add_timing`) and summed by the task (`read_timings`), the file named in
+  the settings nbgrader passes them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TypedDict
+
+from graders.records import Observations
+
+
+class Course(TypedDict):
+    config: str  # nbgrader_config.py's text
+    gradebook: bytes  # the assignments-only gradebook (no students)
+    references: dict[str, Observations]  # by lab: the solution's records
+    releases: dict[str, str]  # by lab: the released notebook's text
+    files: dict[str, dict[str, bytes]]  # by lab: the release's other files, by name
+
+
+class Job(TypedDict):
+    lab: str
+    notebook: str  # the hand-in's notebook, text
+    timestamp: str | None  # nbgrader's timestamp.txt, when handed in with one
+    cell_timeout: int | None  # seconds per cell (nbgrader's default when None)
+    budget_s: float  # the whole notebook
+    feedback: bool  # make the feedback page too
+
+
+class LocalJob(Job, total=False):
+    """A job with what graders.task.run unpacked of the Course on the worker's disk."""
+
+    gradebook: str
+    reference_dir: str
+    files: list[str]
+    data_root: str | None
+    release: str
+    scratch_root: str
+
+
+class GradeScores(TypedDict):
+    auto_score: float | None
+    manual_score: float | None
+    extra_credit: float | None
+    needs_manual_grade: bool
+
+
+class NotebookScores(TypedDict):
+    late_penalty: float | None
+    grades: dict[str, GradeScores]  # by grade cell's name
+    comments: dict[str, str | None]  # by cell's name: nbgrader's auto comment
+
+
+class Scores(TypedDict):
+    timestamp: str | None  # ISO
+    notebooks: dict[str, NotebookScores]  # by notebook name
+
+
+class Result(TypedDict, total=False):
+    ok: bool
+    reason: str | None  # why not ok
+    timings: dict[str, float]  # seconds by phase; started_at (epoch) until the grader reads it
+    verdicts: dict[str, dict]  # by grade_id: graders.verdict.Verdict plus "cell" (its index)
+    scores: Scores
+    autograded: str  # the graded notebook, text
+    feedback: str  # the feedback page, HTML
+    feedback_problem: str  # why there is no feedback page
+
+
+def add_timing(file: Path, phase: str, seconds: float) -> None:
+    """Append `seconds` spent in `phase` to a task's timings file."""
+    with open(file, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"phase": phase, "seconds": seconds}) + "\n")
+
+
+def read_timings(file: Path) -> dict[str, float]:
+    """The seconds of each phase in a task's timings file, summed (none where it is missing)."""
+    sums: dict[str, float] = {}
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return sums
+    for line in lines:
+        try:
+            row = json.loads(line)
+            sums[str(row["phase"])] = sums.get(str(row["phase"]), 0.0) + float(row["seconds"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return sums
