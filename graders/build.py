@@ -108,7 +108,7 @@ def source_notebook(lab: str, path: Path | None = None) -> nbformat.NotebookNode
             at = [i for i, line in enumerate(lines) if line.strip() in marks]
             if len(at) > 1:
                 raise SourceError(f"{path}: '# %course-setup' appears more than once")
-            if at:  # (tests/test_student_experience.py checks that every lab has it)
+            if at:  # (tests/student/test_student_experience.py checks that every lab has it)
                 after = ["", ""] if any(line.strip() for line in lines[at[0] + 1 :]) else []
                 lines[at[0] : at[0] + 1] = shared_setup.splitlines() + after
                 cell.source = "\n".join(lines)

@@ -39,10 +39,11 @@ def graded(course):
 
 @pytest.fixture(scope="session")
 def report_course(tmp_path_factory) -> Path:
-    """tests/test_report.py's small graded class, which tests/test_browser.py opens too."""
-    from test_report import graded_course
+    """The report's small graded class (tests/helpers.py), which tests/test_report.py reads
+    and tests/clients/test_browser.py opens."""
+    from helpers import report_class
 
-    return graded_course(tmp_path_factory)
+    return report_class(tmp_path_factory)
 
 
 # ---------------------------------------------------------------------- in parallel

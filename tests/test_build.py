@@ -38,7 +38,8 @@ def test_release_needs_nothing_from_this_repository(lab):
 
 
 # `nbgrader validate` of every solution, and `nbgrader validate --invert` of every release:
-# tests/test_real_clients.py, from a user's shell (no PYTHONPATH), as an instructor runs them.
+# tests/clients/test_real_clients.py, from a user's shell (no PYTHONPATH), as an instructor
+# runs them.
 
 
 @pytest.mark.parametrize("lab", LABS)

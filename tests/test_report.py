@@ -4,7 +4,7 @@ regrade of one student is in the report seconds later.
 
 One small class is graded once per session (two fast labs, their demo classes, plus a
 student with an odd name, a kernel that dies, a notebook that is not JSON and a late hand-in);
-tests/test_browser.py opens the same report in Chromium.
+tests/clients/test_browser.py opens the same report in Chromium.
 """
 
 from __future__ import annotations
@@ -18,61 +18,26 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from datetime import datetime
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import quote, unquote
 
 import nbformat
 import pytest
+from helpers import LATE, ODD, ON_TIME
+from helpers import REPORT_LABS as LABS
 
-from graders.build import build
 from graders.class_run import read_scores
 from graders.course import REPO
-from graders.demo import write_class
 from graders.grade import grade_class
 from graders.gradelog import GRADING_LOG
 from graders.report import build_report
 from graders.report_page import WIDE_CSV
 
-LABS = ["lab02_backprop", "lab03_accumulation"]  # the two fastest labs to grade
-ODD = '<b>Ann & "O\'Neil" #1 50%?'  # a student folder name with HTML and URL characters
-LATE, ON_TIME = "partial", "complete"  # lab02's hand-ins with a timestamp.txt
-
-_graded: dict[str, Path] = {}
-
-
-def graded_course(tmp_path_factory) -> Path:
-    """A scratch course with LABS built and a small class graded (once per session)."""
-    if "root" in _graded:
-        return _graded["root"]
-    from nbgrader.api import Gradebook
-
-    root = tmp_path_factory.mktemp("report-course")
-    build(root=root, labs=LABS, release=root / "labs")
-    write_class(root, LABS, root / "labs")
-    submitted, lab = root / "submitted", LABS[0]
-    shutil.copytree(submitted / "no_retain_graph" / lab, submitted / ODD / lab)
-    broken = submitted / ODD / LABS[1] / f"{LABS[1]}.ipynb"
-    broken.parent.mkdir()
-    broken.write_text('{"cells": [ this is not json')
-    exiter = nbformat.read(submitted / "complete" / lab / f"{lab}.ipynb", as_version=4)
-    answer = next(c for c in exiter.cells if c.metadata.get("nbgrader", {}).get("solution"))
-    answer.source = "import os\nos._exit(3)\n" + answer.source
-    (submitted / "exiter" / lab).mkdir(parents=True)
-    nbformat.write(exiter, submitted / "exiter" / lab / f"{lab}.ipynb")
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-        gb.update_or_create_assignment(lab, duedate=datetime(2024, 1, 1, 12))
-    (submitted / LATE / lab / "timestamp.txt").write_text("2024-01-02 15:30:00.000000 UTC")
-    (submitted / ON_TIME / lab / "timestamp.txt").write_text("2023-12-31 12:00:00.000000 UTC")
-    grade_class(root, labs=LABS, workers=2, quiet=True)
-    _graded["root"] = root
-    return root
-
 
 @pytest.fixture(scope="session")
 def graded(report_course) -> Path:
-    return report_course  # tests/conftest.py's, so that tests/test_browser.py shares it
+    return report_course  # tests/conftest.py's, so that tests/clients/test_browser.py shares it
 
 
 def read_csv(path: Path) -> list[dict]:
@@ -367,30 +332,3 @@ def test_an_ungraded_course_and_a_missing_gradebook(tmp_path):
     assert read_csv(tmp_path / WIDE_CSV) == [
         {"student_id": "someone", "lab01_graph (max 3)": "", "total (max 3)": ""}
     ]
-
-
-def test_runs_are_told_apart_in_the_log():
-    """A run's wall time runs from its first hand-in's start (graded_at less queue wait and
-    grading time) to its last graded_at; a regrade later on is a run of its own."""
-    from graders.report_numbers import runs
-
-    def line(at: str, **timings) -> dict:
-        return {
-            "student": "s",
-            "lab": "l",
-            "graded_at": f"2024-05-01T{at}+0000",
-            "timings": timings,
-        }
-
-    found = runs(
-        [
-            line("10:00:00"),  # intake refused a hand-in: logged before the run starts
-            line("10:00:20", queue=0.1, total=15, merge=0.2),
-            line("10:00:25", queue=0.2, total=20, merge=0.2),
-            line("10:00:40", queue=15.5, merge=0.2),  # its worker died: no total
-            line("10:00:50", queue=20.5, total=25, merge=0.2),
-            line("11:00:10", queue=0.1, total=9, merge=0.2),  # one student regraded
-        ]
-    )
-    assert [(r["hand_ins"], r["wall_s"]) for r in found] == [(5, 50.0), (1, pytest.approx(9.3))]
-    assert found[0]["sum_s"] == pytest.approx(15.2 + 20.2 + 25.2)

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import running_with, stream_text
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 from nbformat.v4 import new_code_cell, new_notebook
@@ -57,10 +58,6 @@ def run(nb, tmp_path, manager=sandbox.SandboxKernelManager, **options) -> Notebo
     return client
 
 
-def text(cell) -> str:
-    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
-
-
 def test_a_cell_past_its_timeout_is_interrupted_under_the_default_kernelspec(tmp_path, monkeypatch):
     monkeypatch.delenv("JUPYTER_PATH", raising=False)  # nbgrader's own: the default spec
     nb = new_notebook(
@@ -71,20 +68,7 @@ def test_a_cell_past_its_timeout_is_interrupted_under_the_default_kernelspec(tmp
     )
     run(nb, tmp_path, timeout=5)
     assert [o.get("ename") for o in nb.cells[0].outputs] == ["KeyboardInterrupt"]
-    assert "after the loop 42" in text(nb.cells[1])
-
-
-def running_with(fragment: str) -> list[str]:
-    """The processes whose command line holds `fragment`."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if fragment in fh.read().decode(errors="replace"):
-                    found.append(pid)
-        except OSError:  # it ended meanwhile
-            continue
-    return found
+    assert "after the loop 42" in stream_text(nb.cells[1])
 
 
 def recorded():
@@ -120,7 +104,7 @@ def test_a_kernel_that_has_run_its_notebook_leaves_nothing_behind(tmp_path, monk
     manager_class, made, asked = recorded()
     nb = new_notebook(cells=[new_code_cell("print('ran', 6 * 7)")])
     run(nb, tmp_path, manager=manager_class, timeout=60)
-    assert "ran 42" in text(nb.cells[0])
+    assert "ran 42" in stream_text(nb.cells[0])
     (manager,) = made
     assert asked == []  # killed, never asked
     assert_nothing_left(manager)
@@ -146,7 +130,7 @@ def test_a_runtime_folder_too_deep_for_a_socket_still_runs_the_kernel(tmp_path, 
     nb = new_notebook(cells=[new_code_cell("print('ran', 6 * 7)")])
     settings = Config({"SandboxKernelManager": {"sandbox": {"runtime": str(deep)}}})
     run(nb, tmp_path, manager=manager_class, timeout=60, config=settings)
-    assert "ran 42" in text(nb.cells[0])
+    assert "ran 42" in stream_text(nb.cells[0])
     (manager,) = made
     assert deep not in manager._private.parents  # the machine's own runtime folder instead
 

@@ -34,6 +34,7 @@ from types import SimpleNamespace
 
 import nbformat
 import pytest
+from helpers import free_port
 from nbgrader.api import Gradebook
 
 from graders import sandbox, sandbox_argv, sandbox_host
@@ -121,14 +122,6 @@ def wrong_scores(root: Path) -> list[str]:
             if score is None or not top or abs(score - want) > 1e-9:
                 wrong.append(f"{lab}/{student}: {score} of {top}, want {want}")
     return wrong
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

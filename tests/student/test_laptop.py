@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_student_experience import complete_notebook, errors
+from helpers import complete_notebook, errors
 
 from graders.course import LABS, REPO
 

@@ -1,11 +1,11 @@
-"""Grading a class with nbgrader: the demo class gets exactly its declared scores, and bad
-input is reported by name while the rest of the class is still graded and exported."""
+"""A class run (graders/grade.py): every failure has a sentence, bad input is reported by
+name while the rest of the class is graded and exported, bad arguments get one line, and
+the longest labs go first."""
 
 from __future__ import annotations
 
 import copy
 import csv
-import html
 import json
 import shutil
 import subprocess
@@ -13,46 +13,10 @@ import sys
 from pathlib import Path
 
 import nbformat
-import pytest
 
 from graders.build import build
-from graders.catalogue import catalogue, expected
-from graders.course import LABS, REPO, lab_source
-from graders.demo import answer_ids, declared_class, score_mismatches, write_class
-from graders.feedback import TemplateFeedback
-
-
-def test_demo_class_gets_its_declared_scores(course, graded):
-    students, _packs, report = graded
-    assert not report.problems, report.problems
-    assert score_mismatches(students, report.scores) == []
-    # every lab's demo class is complete: full marks, nothing, part, a crash, two mistakes
-    for lab in LABS:
-        declared = {s.name: s.score for s in declared_class(lab)}
-        assert {"complete", "blank", "partial", "crash"} <= set(declared), lab
-        assert len(declared) >= 6, f"{lab}: the demo class needs at least two named mistakes"
-        assert declared["complete"] == report.max_scores[lab] > 0
-        assert declared["blank"] == 0
-    # grades.csv (nbgrader export) and one feedback page per submission
-    with open(course / "grades.csv") as fh:
-        rows = {(r["student_id"], r["assignment"]): float(r["score"]) for r in csv.DictReader(fh)}
-    for s in students:
-        assert rows[(s.name, s.lab)] == s.score
-        assert (course / "feedback" / s.name / s.lab / f"{s.lab}.html").is_file()
-
-
-def test_the_mistake_catalogue_gets_its_declared_scores(graded):
-    """Every catalogued answer loses exactly its declared points, in its own exercise only
-    (variants of several exercises share a hand-in: their losses must add up)."""
-    _students, packs, report = graded
-    wrong = []
-    for pack in packs:
-        got = report.scores.get((pack.name, pack.lab))
-        want = expected(pack, report.max_scores[pack.lab])
-        if got is None or abs(got - want) > 1e-9:
-            names = ", ".join(f"{v.exercise} ({v.kind}: {v.why})" for v in pack.variants)
-            wrong.append(f"{pack.lab}/{pack.name}: want {want}, got {got}: {names}")
-    assert not wrong, "\n".join(wrong)
+from graders.course import LABS, REPO
+from graders.demo import declared_class, write_class
 
 
 def test_every_failure_has_a_sentence(graded):
@@ -65,71 +29,6 @@ def test_every_failure_has_a_sentence(graded):
         if v["kind"] != "passed" and len(v["sentence"].split()) < 6
     ]
     assert not bare, bare
-
-
-@pytest.mark.parametrize("lab", [lab for lab in LABS if catalogue(lab)])
-def test_a_catalogue_covers_every_exercise(lab):
-    """At least three wrong answers per exercise and two other correct ones per lab."""
-    variants = catalogue(lab)
-    release = nbformat.read(REPO / "labs" / lab / f"{lab}.ipynb", as_version=4)
-    for exercise in answer_ids(release):
-        wrong = [v for v in variants if v.exercise == exercise and v.kind == "wrong"]
-        assert len(wrong) >= 3, f"{lab}: {exercise} has {len(wrong)} wrong variants"
-    assert sum(v.kind == "correct" for v in variants) >= 2, f"{lab}: fewer than 2 correct"
-
-
-def hidden_lines(lab: str) -> list[str]:
-    """Lines of the lab's hidden tests that appear nowhere in what students are given."""
-    released = (REPO / "labs" / lab / f"{lab}.ipynb").read_text()
-    lines, inside = [], False
-    for line in lab_source(lab).read_text().splitlines():
-        if "BEGIN HIDDEN TESTS" in line or "END HIDDEN TESTS" in line:
-            inside = "BEGIN" in line
-        elif inside and len(line.strip()) > 20 and json.dumps(line.strip())[1:-1] not in released:
-            lines.append(line.strip())
-    return lines
-
-
-def test_feedback_never_shows_hidden_tests(course, graded):
-    """Runs after the demo class was graded: no feedback page holds hidden test code."""
-    pages = list((course / "feedback").glob("*/*/*.html"))
-    assert pages, "no feedback was written"
-    for page in pages:
-        text = html.unescape(page.read_text())
-        lab = page.parent.name
-        assert "HIDDEN TESTS" not in text, page
-        leaked = [line for line in hidden_lines(lab) if line in text]
-        assert not leaked, f"{page} shows hidden test code: {leaked[:2]}"
-    assert any(hidden_lines(lab) for lab in LABS), "the leak check has nothing to look for"
-
-
-def test_feedback_is_the_template_not_the_kernels_outputs():
-    """A test cell shows its visible checks and the judge's sentence; no cell shows what the
-    kernel printed (an event hook could print hidden code there)."""
-    source = "\n".join(
-        [
-            "### BEGIN HIDDEN TESTS",
-            "def _helper(): pass",
-            "### END HIDDEN TESTS",
-            "_v = 1",
-            "check(_v == 2, 'visible')",
-            "### BEGIN HIDDEN TESTS",
-            "from grader_observe import observe",
-            "### END HIDDEN TESTS",
-        ]
-    )
-    test = nbformat.v4.new_code_cell(source)
-    test.metadata["nbgrader"] = {"grade": True, "grade_id": "t", "points": 1, "solution": False}
-    test.metadata["verdict"] = {"kind": "visible", "sentence": "A visible check failed: visible"}
-    test.outputs = [nbformat.v4.new_output("stream", name="stdout", text="HIDDEN CODE")]
-    answer = nbformat.v4.new_code_cell("x = 1")
-    answer.outputs = [nbformat.v4.new_output("stream", name="stdout", text="HIDDEN CODE")]
-    nb = nbformat.v4.new_notebook(cells=[answer, test])
-    nb, _ = TemplateFeedback().preprocess(nb, {})
-    assert nb.cells[2].source == "_v = 1\ncheck(_v == 2, 'visible')"
-    assert [o.text for o in nb.cells[2].outputs] == ["A visible check failed: visible\n"]
-    assert nb.cells[1].outputs == []
-    assert "HIDDEN CODE" not in json.dumps(nb)
 
 
 def grade_cli(root: Path, lab: str) -> subprocess.CompletedProcess:

@@ -14,7 +14,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from helpers import free_port
 
 from graders.build import source_notebook
 from graders.course import REPO
@@ -64,12 +64,6 @@ ERRORS_JS = """() => {
   }
   return errors;
 }"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for_server(url: str, server: subprocess.Popen, log: Path, limit_s: float = 90) -> None:
@@ -300,7 +294,7 @@ def test_the_class_report_renders_in_chromium(report_course):
     """report/index.html of a graded class (tests/test_report.py's), opened from disk: every
     lab's charts and the grading-time chart are decoded images, and each has its numbers."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
-    from test_report import LABS
+    from helpers import REPORT_LABS as LABS
 
     built = build_report(report_course)
     REPORT_SCREENSHOT.parent.mkdir(exist_ok=True)

@@ -1,0 +1,114 @@
+"""The adversarial suites share one graded hostile class (`graded`), one class graded with
+feedback under hostile names (`named`), and the built course they copy (`pristine`): each made
+once per session, so tests/conftest.py keeps their tests on one xdist worker."""
+
+from __future__ import annotations
+
+import copy
+from contextlib import contextmanager
+
+import hostile_class
+import pytest
+from hostile_class import (
+    CELL_TIMEOUT,
+    CSV_HOSTILE,
+    DUE,
+    FIRST,
+    LAB,
+    LEAK_HISTORY,
+    LEAK_HOOKS,
+    LEAK_THROUGH_THE_JUDGE,
+    NAMES,
+    SECRET,
+    SECRET_NAME,
+    complete_and_blank,
+    course_copy,
+    make_class,
+    prepend,
+    set_due_date,
+    snapshot,
+    write_notebook,
+)
+
+from graders.build import build
+from graders.build_reference import prepare_references
+from graders.demo import write_class
+from graders.grade import grade_class
+
+
+@contextmanager
+def frozen():
+    """Builds and demo classes read the frozen lab 2 while this lasts."""
+    import graders.build
+    import graders.demo
+
+    patch = pytest.MonkeyPatch()
+    source = lambda lab: hostile_class.FROZEN / lab / f"{lab}.py"  # noqa: E731
+    patch.setattr(graders.build, "lab_source", source)
+    patch.setattr(graders.demo, "SOLUTIONS", hostile_class.FROZEN)
+    patch.setattr(hostile_class, "lab_source", source)
+    try:
+        yield
+    finally:
+        patch.undo()
+
+
+@pytest.fixture(autouse=True)
+def frozen_lab():
+    """Every test of tests/adversarial/ reads the frozen lab 2 (the fixtures below do too)."""
+    with frozen():
+        yield
+
+
+@pytest.fixture(scope="session")
+def pristine(tmp_path_factory):
+    """A built course (source, release, gradebook, reference records), copied by each run."""
+    with frozen():
+        root = tmp_path_factory.mktemp("pristine")
+        build(root=root, labs=[LAB], release=root / "labs")
+        prepare_references(root, [LAB], workers=2)
+        return root
+
+
+@pytest.fixture(scope="session")
+def graded(pristine, tmp_path_factory):
+    with frozen():
+        root = course_copy(pristine, tmp_path_factory.mktemp("adversarial"))
+        write_class(root, [LAB], root / "labs")  # the demo class too: the "other students"
+        paths = {
+            "gradebook": root / "gradebook.db",
+            "other": root / "submitted" / "complete" / LAB / f"{LAB}.ipynb",
+        }
+        scores = make_class(root, paths)
+        set_due_date(root, DUE)
+        before = snapshot(root)
+        mp = pytest.MonkeyPatch()
+        mp.setenv(SECRET_NAME, SECRET)  # in the grader's own environment while it grades
+        try:
+            report = grade_class(
+                root, labs=[LAB], workers=2, cell_timeout=CELL_TIMEOUT, quiet=True, feedback=False
+            )
+        finally:
+            mp.undo()
+        return root, scores, report, before
+
+
+@pytest.fixture(scope="session")
+def named(pristine, tmp_path_factory):
+    """A class graded with feedback: hostile folder names (10 each, complete), a notebook
+    that prints the hidden tests' code everywhere it can (10), and one that has the judge
+    quote it (8)."""
+    with frozen():
+        root = course_copy(pristine, tmp_path_factory.mktemp("named"))
+        complete, _blank = complete_and_blank(root)
+        for name in [*NAMES, CSV_HOSTILE]:
+            write_notebook(root, name, copy.deepcopy(complete))
+        nb = copy.deepcopy(complete)
+        prepend(nb, FIRST, LEAK_HOOKS)
+        prepend(nb, "fresh_gradients", LEAK_HISTORY)
+        write_notebook(root, "leaks_hidden_code", nb)
+        nb = copy.deepcopy(complete)
+        prepend(nb, FIRST, LEAK_THROUGH_THE_JUDGE)
+        write_notebook(root, "leaks_through_the_judge", nb)
+        report = grade_class(root, labs=[LAB], workers=2, cell_timeout=CELL_TIMEOUT, quiet=True)
+        return root, report

@@ -1,0 +1,121 @@
+"""What several test files share: one place, so that a test file holds tests.
+
+* the report's small graded class (`report_class`: tests/test_report.py, tests/clients/
+  test_browser.py, through tests/conftest.py's `report_course`);
+* a lab's complete notebook and its errors (tests/student/);
+* records and test cells as a graded notebook holds them (the judge's tests);
+* a free TCP port (tests/clients/), the text a cell printed, the processes running a command.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from datetime import datetime
+from pathlib import Path
+
+import nbformat
+
+from graders import gradebook
+from graders.build import build, source_notebook
+from graders.course import REPO
+from graders.demo import declared_class, student_notebook, write_class
+from graders.grade import grade_class
+from graders.kernel.grader_observe import encode
+from graders.records import MIME
+
+REPORT_LABS = ["lab02_backprop", "lab03_accumulation"]  # the two fastest labs to grade
+ODD = '<b>Ann & "O\'Neil" #1 50%?'  # a student folder name with HTML and URL characters
+LATE, ON_TIME = "partial", "complete"  # lab02's hand-ins with a timestamp.txt
+
+_graded: dict[str, Path] = {}
+
+
+def report_class(tmp_path_factory) -> Path:
+    """A scratch course with REPORT_LABS built and a small class graded (once per session)."""
+    if "root" in _graded:
+        return _graded["root"]
+    root = tmp_path_factory.mktemp("report-course")
+    build(root=root, labs=REPORT_LABS, release=root / "labs")
+    write_class(root, REPORT_LABS, root / "labs")
+    submitted, lab = root / "submitted", REPORT_LABS[0]
+    shutil.copytree(submitted / "no_retain_graph" / lab, submitted / ODD / lab)
+    broken = submitted / ODD / REPORT_LABS[1] / f"{REPORT_LABS[1]}.ipynb"
+    broken.parent.mkdir()
+    broken.write_text('{"cells": [ this is not json')
+    exiter = nbformat.read(submitted / "complete" / lab / f"{lab}.ipynb", as_version=4)
+    answer = next(c for c in exiter.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    answer.source = "import os\nos._exit(3)\n" + answer.source
+    (submitted / "exiter" / lab).mkdir(parents=True)
+    nbformat.write(exiter, submitted / "exiter" / lab / f"{lab}.ipynb")
+    with gradebook.opened(gradebook.of(root)) as gb:
+        gb.update_or_create_assignment(lab, duedate=datetime(2024, 1, 1, 12))
+    (submitted / LATE / lab / "timestamp.txt").write_text("2024-01-02 15:30:00.000000 UTC")
+    (submitted / ON_TIME / lab / "timestamp.txt").write_text("2023-12-31 12:00:00.000000 UTC")
+    grade_class(root, labs=REPORT_LABS, workers=2, quiet=True)
+    _graded["root"] = root
+    return root
+
+
+def complete_notebook(lab: str):
+    release = nbformat.read(REPO / "labs" / lab / f"{lab}.ipynb", as_version=4)
+    (student,) = [s for s in declared_class(lab) if s.name == "complete"]
+    return student_notebook(student, release, source_notebook(lab))
+
+
+def errors(nb) -> list[str]:
+    found = []
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []):
+            if output.output_type == "error":
+                head = cell.source.splitlines()[0] if cell.source else ""
+                found.append(f"cell {index} ({head[:60]!r}): {output.ename}: {output.evalue[:300]}")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stream_text(cell) -> str:
+    """What a cell printed (its stream outputs), joined."""
+    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+
+
+def running_with(fragment: str) -> list[str]:
+    """The processes whose command line holds `fragment`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if fragment in fh.read().decode(errors="replace"):
+                    found.append(pid)
+        except OSError:  # it ended meanwhile
+            continue
+    return found
+
+
+def record(name, value, rtol=1e-5, atol=1e-8, hint=None):
+    """A record as observe() makes it, of `value`."""
+    return {"name": name, "value": encode(value), "rtol": rtol, "atol": atol, "hint": hint}
+
+
+def graded_cell(source, outputs):
+    """A test cell (graded, not a solution) with `outputs`."""
+    cell = nbformat.v4.new_code_cell(source)
+    cell.metadata["nbgrader"] = {"grade": True, "grade_id": "t", "points": 1, "solution": False}
+    cell.outputs = outputs
+    return cell
+
+
+def error_output(ename, line):
+    return nbformat.v4.new_output(
+        "error", ename=ename, evalue="secret " * 10, traceback=[f"Cell In[3], line {line}"]
+    )
+
+
+def display_output(rec):
+    return nbformat.v4.new_output("display_data", data={MIME: rec})

@@ -1,0 +1,66 @@
+"""Feedback (graders/feedback.py): the page is the template, the notebook's text and the
+judge's sentences, never a kernel's outputs or a hidden test."""
+
+from __future__ import annotations
+
+import html
+import json
+
+import nbformat
+
+from graders.course import LABS, REPO, lab_source
+from graders.feedback import TemplateFeedback
+
+
+def hidden_lines(lab: str) -> list[str]:
+    """Lines of the lab's hidden tests that appear nowhere in what students are given."""
+    released = (REPO / "labs" / lab / f"{lab}.ipynb").read_text()
+    lines, inside = [], False
+    for line in lab_source(lab).read_text().splitlines():
+        if "BEGIN HIDDEN TESTS" in line or "END HIDDEN TESTS" in line:
+            inside = "BEGIN" in line
+        elif inside and len(line.strip()) > 20 and json.dumps(line.strip())[1:-1] not in released:
+            lines.append(line.strip())
+    return lines
+
+
+def test_feedback_never_shows_hidden_tests(course, graded):
+    """Runs after the demo class was graded: no feedback page holds hidden test code."""
+    pages = list((course / "feedback").glob("*/*/*.html"))
+    assert pages, "no feedback was written"
+    for page in pages:
+        text = html.unescape(page.read_text())
+        lab = page.parent.name
+        assert "HIDDEN TESTS" not in text, page
+        leaked = [line for line in hidden_lines(lab) if line in text]
+        assert not leaked, f"{page} shows hidden test code: {leaked[:2]}"
+    assert any(hidden_lines(lab) for lab in LABS), "the leak check has nothing to look for"
+
+
+def test_feedback_is_the_template_not_the_kernels_outputs():
+    """A test cell shows its visible checks and the judge's sentence; no cell shows what the
+    kernel printed (an event hook could print hidden code there)."""
+    source = "\n".join(
+        [
+            "### BEGIN HIDDEN TESTS",
+            "def _helper(): pass",
+            "### END HIDDEN TESTS",
+            "_v = 1",
+            "check(_v == 2, 'visible')",
+            "### BEGIN HIDDEN TESTS",
+            "from grader_observe import observe",
+            "### END HIDDEN TESTS",
+        ]
+    )
+    test = nbformat.v4.new_code_cell(source)
+    test.metadata["nbgrader"] = {"grade": True, "grade_id": "t", "points": 1, "solution": False}
+    test.metadata["verdict"] = {"kind": "visible", "sentence": "A visible check failed: visible"}
+    test.outputs = [nbformat.v4.new_output("stream", name="stdout", text="HIDDEN CODE")]
+    answer = nbformat.v4.new_code_cell("x = 1")
+    answer.outputs = [nbformat.v4.new_output("stream", name="stdout", text="HIDDEN CODE")]
+    nb = nbformat.v4.new_notebook(cells=[answer, test])
+    nb, _ = TemplateFeedback().preprocess(nb, {})
+    assert nb.cells[2].source == "_v = 1\ncheck(_v == 2, 'visible')"
+    assert [o.text for o in nb.cells[2].outputs] == ["A visible check failed: visible\n"]
+    assert nb.cells[1].outputs == []
+    assert "HIDDEN CODE" not in json.dumps(nb)
