@@ -119,3 +119,15 @@ def error_output(ename, line):
 
 def display_output(rec):
     return nbformat.v4.new_output("display_data", data={MIME: rec})
+
+
+def small_gradebook(root: Path, lab: str = "lab1", cells: dict[str, float] | None = None) -> Path:
+    """root/gradebook.db with one lab of one notebook (named after it) and its grade cells
+    (name -> points), and no students: what `make build` leaves, in small."""
+    cells = cells or {"t1": 2.0, "t2": 3.0}
+    with gradebook.opened(gradebook.of(root)) as gb:
+        gb.add_assignment(lab)
+        gb.add_notebook(lab, lab)
+        for name, points in cells.items():
+            gb.add_grade_cell(name, lab, lab, max_score=points, cell_type="code")
+    return gradebook.of(root)
