@@ -48,7 +48,9 @@ c.OverwriteCells.add_missing_cells = True
 c.Autograde.create_student = True
 c.LimitOutput.max_lines = 1000
 c.Autograde.autograde_preprocessors = [
-    "graders.sandbox.SandboxedExecute",  # nbgrader's Execute, each kernel in a sandbox
+    # nbgrader's Execute, each kernel in a sandbox; a class run (graders/task.py) adds its
+    # settings (budget, data, runtime folder) as c.SandboxedExecute.settings
+    "graders.sandbox.SandboxedExecute",
     "graders.limits.CapOutputSize",  # characters and bytes, not only lines
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",

@@ -11,7 +11,9 @@ import math
 
 from IPython.display import display
 
-MIME = "application/vnd.dyngraph.observation+json"
+MIME = (
+    "application/vnd.dyngraph.observation+json"  # the one definition: graders/records.py imports it
+)
 
 
 def encode(value):
