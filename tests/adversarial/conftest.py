@@ -9,15 +9,13 @@ from contextlib import contextmanager
 
 import hostile_class
 import pytest
+from attacks_leaks import LEAK_HISTORY, LEAK_HOOKS, LEAK_THROUGH_THE_JUDGE
 from hostile_class import (
     CELL_TIMEOUT,
     CSV_HOSTILE,
     DUE,
     FIRST,
     LAB,
-    LEAK_HISTORY,
-    LEAK_HOOKS,
-    LEAK_THROUGH_THE_JUDGE,
     NAMES,
     SECRET,
     SECRET_NAME,
