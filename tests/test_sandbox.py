@@ -244,3 +244,25 @@ def test_the_sweep_ends_a_dead_graders_sandbox_that_outlived_it(tmp_path):
         left.kill()
         other.kill()
         other.wait()
+
+
+def test_the_graders_settings_reach_every_kernel_through_nbgraders_configuration(tmp_path):
+    """graders.task gives its settings as ``c.SandboxedExecute.settings``, no environment
+    variable: the kernel manager nbclient makes gets them (the kernel's extra variables), and
+    the seconds the kernel took to start come back in the timings file
+    they name."""
+    from graders.wire import read_timings
+
+    runtime = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))  # short: the kernel's sockets
+    timings = tmp_path / "timings.jsonl"
+    settings = {"runtime": str(runtime), "env": {"COURSE_PROBE": "given"}, "timings": str(timings)}
+    step = sandbox.SandboxedExecute(config=Config({"SandboxedExecute": {"settings": settings}}))
+    step.timeout = 60
+    nb = new_notebook(cells=[new_code_cell("import os\nprint(os.environ.get('COURSE_PROBE'))")])
+    try:
+        step.preprocess(nb, {"metadata": {"path": str(tmp_path)}})
+        assert stream_text(nb.cells[0]).strip() == "given"
+        assert 0 < read_timings(timings)["kernel_start"] < 120
+        assert list(runtime.iterdir()) == []  # nothing of the kernel is left there
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
