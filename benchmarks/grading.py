@@ -40,7 +40,7 @@ from graders.build import build  # noqa: E402
 from graders.course import LABS, prepare_data  # noqa: E402
 from graders.demo import write_class  # noqa: E402
 from graders.grade import course_inputs, grade_class, read_scores, worker_count  # noqa: E402
-from graders.judge import prepare_references  # noqa: E402
+from graders.build_reference import prepare_references  # noqa: E402
 from graders.nbgrader_cli import nbgrader  # noqa: E402
 from graders.task import assignments_only, run  # noqa: E402
 
@@ -118,7 +118,7 @@ def bare_run(notebook: Path) -> float:
     import nbformat
     from nbclient import NotebookClient
 
-    from graders.sandbox import KERNEL_SIDE, KERNEL_THREADS
+    from graders.sandbox_argv import KERNEL_SIDE, KERNEL_THREADS
 
     nb = nbformat.read(notebook, as_version=4)
     env = dict(os.environ, NBGRADER_EXECUTION="autograde", PYTHONPATH=str(KERNEL_SIDE))
