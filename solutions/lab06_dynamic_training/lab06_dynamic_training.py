@@ -801,7 +801,7 @@ y_fit = (torch.tanh(x_fit @ teacher[0]) @ teacher[1]).argmax(1)  # labels a wide
 torch.manual_seed(0)
 moved = MLP(h2=2)
 adam = torch.optim.Adam(moved.parameters(), lr=0.05)
-print(f"cross-entropy after 150 steps, before growing: {train(moved, adam, x_fit, y_fit, 150):.4f}")
+print(f"cross-entropy at step 150, before growing: {train(moved, adam, x_fit, y_fit, 150):.4f}")
 before = moved(x_fit)
 grow(moved, adam, 6)
 print("largest change in the output:", (moved(x_fit) - before).abs().max().item())
