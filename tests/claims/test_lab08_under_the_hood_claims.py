@@ -129,7 +129,7 @@ def test_relu_gradient_at_zero_is_zero():
 
 
 # ------------------------------------------------------------------ part B: the compiler
-@claim(LAB, "The graph stops at the `for` line")
+@claim(LAB, "In DynamicNet the graph stops at the `for` line")
 def test_dynamicnet_breaks_at_the_loop():
     from torch._dynamo import explain
 
@@ -289,7 +289,7 @@ def test_exporting_branchy_fails_in_both_modes():
 
 @claim(
     LAB,
-    "Export DynamicNet without `strict`: its die is thrown once, and no error says so "
+    "export DynamicNet without `strict`: its die is thrown once, and no error says so "
     "(with `strict=True`, export refuses it).",
 )
 def test_export_bakes_dynamicnet_depth_and_strict_refuses():
@@ -301,6 +301,21 @@ def test_export_bakes_dynamicnet_depth_and_strict_refuses():
         assert depth_of(net, x, module(x)) == [len(layers) - 2]
     with pytest.raises(Exception):  # noqa: B017 (an internal assertion on 2.14.1)
         torch.export.export(DynamicNet(4, 6, 3, seed=0), (x,), strict=True)
+
+
+@claim(LAB, "`branchy_cond` exports, its `cond` node holding both branches")
+def test_branchy_cond_exports_with_a_cond_node():
+    class BranchyCond(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w1, self.w2 = nn.Parameter(torch.randn(4, 2)), nn.Parameter(torch.randn(4, 2))
+
+        def forward(self, x):
+            return branchy_cond(x, self.w1, self.w2)
+
+    module = torch.export.export(BranchyCond(), (torch.randn(5, 4),)).graph_module
+    conds = [n for n in module.graph.nodes if "cond" in str(n.target)]
+    assert len(conds) == 1 and len(list(module.named_children())) == 2
 
 
 @claim(
@@ -378,7 +393,7 @@ def test_while_loop_refuses_a_growing_state_or_a_float_condition(body, condition
 
 @claim(
     LAB,
-    "With torch 2.14.1 the last line shows a large difference: `while_loop`'s gradient of `w` "
+    "with torch 2.14.1 the last line shows a large difference: `while_loop`'s gradient of `w` "
     "is wrong here, and nothing warns (it comes out right when the carried `x` requires a "
     "gradient too).",
 )
