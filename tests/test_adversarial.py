@@ -51,6 +51,7 @@ LAB = "lab02_backprop"  # 10 points: 5 test cells of 2, answer cells below
 # The attacks are on the grader, not on a lab: they grade lab 2 as it was when they were
 # written (tests/fixtures/solutions/), so that editing the course does not move their scores.
 FROZEN = Path(__file__).resolve().parent / "fixtures" / "solutions"
+pytestmark = pytest.mark.slow  # every test here grades a class or runs a kernel
 
 
 @pytest.fixture(scope="module", autouse=True)

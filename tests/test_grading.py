@@ -22,6 +22,7 @@ from graders.demo import answer_ids, compare, declared_class, write_class
 from graders.feedback import TemplateFeedback
 
 
+@pytest.mark.slow
 def test_demo_class_gets_its_declared_scores(course, graded):
     students, _packs, report = graded
     assert not report.problems, report.problems
@@ -41,6 +42,7 @@ def test_demo_class_gets_its_declared_scores(course, graded):
         assert (course / "feedback" / s.name / s.lab / f"{s.lab}.html").is_file()
 
 
+@pytest.mark.slow
 def test_the_mistake_catalogue_gets_its_declared_scores(graded):
     """Every catalogued answer loses exactly its declared points, in its own exercise only
     (variants of several exercises share a hand-in: their losses must add up)."""
@@ -55,6 +57,7 @@ def test_the_mistake_catalogue_gets_its_declared_scores(graded):
     assert not wrong, "\n".join(wrong)
 
 
+@pytest.mark.slow
 def test_every_failure_has_a_sentence(graded):
     """No failed check is explained by a bare exception name: each says what was wrong."""
     _students, _packs, report = graded
@@ -90,6 +93,7 @@ def hidden_lines(lab: str) -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 def test_feedback_never_shows_hidden_tests(course, graded):
     """Runs after the demo class was graded: no feedback page holds hidden test code."""
     pages = list((course / "feedback").glob("*/*/*.html"))
@@ -137,6 +141,7 @@ def grade_cli(root: Path, lab: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
 
 
+@pytest.mark.slow
 def test_bad_submissions_are_reported_and_the_rest_is_graded(tmp_path):
     lab = "lab02_backprop"
     build(root=tmp_path, labs=[lab], release=tmp_path / "labs")
@@ -219,6 +224,7 @@ def test_bad_arguments_get_one_line_not_a_traceback(tmp_path):
     assert "gradebook.db is missing: run `make build` first" in empty.stderr
 
 
+@pytest.mark.slow
 def test_labs_whose_solution_ran_longest_are_graded_first(course, graded, tmp_path):
     """`make build` times each lab's solution run; a class run starts with the longest labs,
     so it does not end on one long notebook while the other workers wait."""

@@ -12,11 +12,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_student_experience import complete_notebook, errors
+from helpers import complete_notebook, errors
 
 from graders.course import LABS, REPO
 
-pytestmark = pytest.mark.timeout(1500)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 
 def python312() -> str | None:

@@ -18,58 +18,23 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from datetime import datetime
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import quote, unquote
 
 import nbformat
 import pytest
+from helpers import LATE, ODD, ON_TIME
+from helpers import REPORT_LABS as LABS
 
-from graders.build import build
 from graders.course import REPO
-from graders.demo import write_class
 from graders.grade import GRADING_LOG, grade_class, read_scores
 from graders.report import WIDE_CSV, build_report
-
-LABS = ["lab02_backprop", "lab03_accumulation"]  # the two fastest labs to grade
-ODD = '<b>Ann & "O\'Neil" #1 50%?'  # a student folder name with HTML and URL characters
-LATE, ON_TIME = "partial", "complete"  # lab02's hand-ins with a timestamp.txt
-
-_graded: dict[str, Path] = {}
-
-
-def graded_course(tmp_path_factory) -> Path:
-    """A scratch course with LABS built and a small class graded (once per session)."""
-    if "root" in _graded:
-        return _graded["root"]
-    from nbgrader.api import Gradebook
-
-    root = tmp_path_factory.mktemp("report-course")
-    build(root=root, labs=LABS, release=root / "labs")
-    write_class(root, LABS, root / "labs")
-    submitted, lab = root / "submitted", LABS[0]
-    shutil.copytree(submitted / "no_retain_graph" / lab, submitted / ODD / lab)
-    broken = submitted / ODD / LABS[1] / f"{LABS[1]}.ipynb"
-    broken.parent.mkdir()
-    broken.write_text('{"cells": [ this is not json')
-    exiter = nbformat.read(submitted / "complete" / lab / f"{lab}.ipynb", as_version=4)
-    answer = next(c for c in exiter.cells if c.metadata.get("nbgrader", {}).get("solution"))
-    answer.source = "import os\nos._exit(3)\n" + answer.source
-    (submitted / "exiter" / lab).mkdir(parents=True)
-    nbformat.write(exiter, submitted / "exiter" / lab / f"{lab}.ipynb")
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-        gb.update_or_create_assignment(lab, duedate=datetime(2024, 1, 1, 12))
-    (submitted / LATE / lab / "timestamp.txt").write_text("2024-01-02 15:30:00.000000 UTC")
-    (submitted / ON_TIME / lab / "timestamp.txt").write_text("2023-12-31 12:00:00.000000 UTC")
-    grade_class(root, labs=LABS, workers=2, quiet=True)
-    _graded["root"] = root
-    return root
 
 
 @pytest.fixture(scope="session")
 def graded(report_course) -> Path:
-    return report_course  # tests/conftest.py's, so that tests/test_browser.py shares it
+    return report_course  # conftest.py's (helpers.grade_report_class), as in test_browser.py
 
 
 def read_csv(path: Path) -> list[dict]:
@@ -124,6 +89,7 @@ def release_order(root: Path, lab: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_pass_rates_scores_and_totals_are_the_gradebooks(graded):
     built = build_report(graded)
     out = built.index.parent
@@ -171,6 +137,7 @@ def test_pass_rates_scores_and_totals_are_the_gradebooks(graded):
             assert float(got) == float(row["score"])
 
 
+@pytest.mark.slow
 def test_failure_counts_are_the_logs(graded):
     built = build_report(graded)
     latest = latest_log(graded)
@@ -198,6 +165,7 @@ def test_failure_counts_are_the_logs(graded):
         assert listed == sorted(listed, key=order.index)
 
 
+@pytest.mark.slow
 def test_needs_a_human_look_names_who_which_lab_and_why(graded):
     built = build_report(graded)
     rows = read_csv(built.index.parent / "needs-a-human-look.csv")
@@ -249,6 +217,7 @@ class Page(HTMLParser):
         self.text.append(data)
 
 
+@pytest.mark.slow
 def test_every_picture_is_an_embedded_png_with_alt_text_a_table_and_a_csv(graded):
     built = build_report(graded)
     parser = Page()
@@ -275,6 +244,7 @@ def test_every_picture_is_an_embedded_png_with_alt_text_a_table_and_a_csv(graded
     assert "http://" not in page and "https://" not in page and "<script" not in page
 
 
+@pytest.mark.slow
 def test_odd_student_names_are_escaped_and_their_links_quoted(graded):
     built = build_report(graded)
     page = built.index.read_text(encoding="utf-8")
@@ -295,6 +265,7 @@ def test_odd_student_names_are_escaped_and_their_links_quoted(graded):
     assert ODD in {r["student_id"] for r in read_csv(graded / WIDE_CSV)}
 
 
+@pytest.mark.slow
 def test_the_command_line_writes_the_report_where_asked(graded, tmp_path):
     out = tmp_path / "elsewhere" / "report"
     result = subprocess.run(
@@ -311,6 +282,7 @@ def test_the_command_line_writes_the_report_where_asked(graded, tmp_path):
     assert feedback and all((out / unquote(h)).is_file() for h in feedback)
 
 
+@pytest.mark.slow
 def test_the_report_is_rebuilt_in_seconds_after_a_regrade(graded):
     """`blank` hands lab02 in again, complete: only that hand-in is regraded (the others are
     set aside meanwhile), and the report rebuilt from the gradebook and the log shows it."""

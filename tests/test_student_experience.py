@@ -17,11 +17,11 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
+from helpers import complete_notebook, errors
 
 from graders import sandbox
 from graders.build import source_notebook
 from graders.course import LABS, REPO, SOLUTIONS
-from graders.demo import declared_class, student_notebook
 
 SETUP_CELL = SOLUTIONS / "common" / "setup_cell.py"
 LAB_BUDGET_S = 120  # the longest one cell may take
@@ -187,12 +187,6 @@ def test_visible_checks_explain_themselves(lab):
 # ---- every release notebook, filled in, outside the repository ------------------------------
 
 
-def complete_notebook(lab: str):
-    release = nbformat.read(REPO / "labs" / lab / f"{lab}.ipynb", as_version=4)
-    (student,) = [s for s in declared_class(lab) if s.name == "complete"]
-    return student_notebook(student, release, source_notebook(lab))
-
-
 def execute_outside(nb, workdir: Path, scratch: Path) -> None:
     """Run `nb` in the grading sandbox, like the grader: the repository and every course
     variable out of sight, the lab's release folder (`workdir`) the kernel's only files."""
@@ -222,16 +216,6 @@ def execute_outside(nb, workdir: Path, scratch: Path) -> None:
         client.execute()
     finally:  # the client does not stop a kernel it was handed
         run_sync(km.shutdown_kernel)(now=True)
-
-
-def errors(nb) -> list[str]:
-    found = []
-    for index, cell in enumerate(nb.cells):
-        for output in cell.get("outputs", []):
-            if output.output_type == "error":
-                head = cell.source.splitlines()[0] if cell.source else ""
-                found.append(f"cell {index} ({head[:60]!r}): {output.ename}: {output.evalue[:300]}")
-    return found
 
 
 def needs_sandbox():
