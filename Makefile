@@ -8,11 +8,12 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # have it beside the repository; users do not, and get the offline sample instead).
 export COURSE_MNIST_MIRROR ?= $(wildcard $(abspath ../shared/data))
 
-.PHONY: help install sandbox browser build data demo autograde report test format lab clean
+.PHONY: help install sandbox browser build data demo autograde report test test-fast format lab clean
 
 help:
 	@echo "make demo       set up .venv, build the labs, grade the demo class, print the grades"
-	@echo "make test       lint and run the test suite"
+	@echo "make test       lint and run the test suite (all of it: what CI runs)"
+	@echo "make test-fast  lint and run the tests that grade no class and start no real client"
 	@echo "make build      solutions/*.py -> labs/ (the student release)"
 	@echo "make data       prepare MNIST in data/cache (works offline)"
 	@echo "make autograde  grade everything under submitted/ -> gradebook, feedback/, grades.csv"
@@ -65,13 +66,21 @@ report: install
 	$(PY) -m graders.report
 
 # The tests run in parallel, one pytest-xdist worker per core (at most 4: past that, the few
-# long groups of tests decide the time); tests/conftest.py keeps the tests that share a
-# fixture in one worker. `TEST_WORKERS=0 make test` runs them one after another.
+# long groups of tests decide the time); tests/xdist_groups.py keeps the tests that share a
+# fixture in one worker and hands out the slow ones first. `TEST_WORKERS=0 make test` runs
+# them one after another. `make test-fast` leaves out the tests marked slow (pyproject.toml:
+# those that grade a class or run a real client): minutes, not half an hour.
 TEST_WORKERS ?= auto
+PYTEST = $(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadgroup
 test: install sandbox browser
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadgroup --durations=25
+	$(PYTEST) --durations=25
+
+test-fast: install sandbox
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PYTEST) -m "not slow" --durations=10
 
 format: install
 	$(PY) -m ruff format .

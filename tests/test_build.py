@@ -23,6 +23,7 @@ def test_every_lab_has_a_release():
 
 
 @pytest.mark.parametrize("lab", LABS)
+@pytest.mark.slow
 def test_release_is_not_stale(course, lab):
     fresh = json.loads((course / "labs" / lab / f"{lab}.ipynb").read_text())
     committed = json.loads(release_path(lab).read_text())
@@ -43,6 +44,7 @@ def test_release_needs_nothing_from_this_repository(lab):
 
 
 @pytest.mark.parametrize("lab", LABS)
+@pytest.mark.slow
 def test_every_check_records_observations_for_the_judge(course, lab):
     """A test cell's points must not rest on the student's kernel alone (graders/judge.py):
     each one's hidden tests record what the student's code produced."""

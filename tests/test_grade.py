@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 from graders.build import build
 from graders.course import LABS, REPO
@@ -36,6 +37,7 @@ def grade_cli(root: Path, lab: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
 
 
+@pytest.mark.slow
 def test_bad_submissions_are_reported_and_the_rest_is_graded(tmp_path):
     lab = "lab02_backprop"
     build(root=tmp_path, labs=[lab], release=tmp_path / "labs")

@@ -176,6 +176,7 @@ def browser_page(playwright):
     return browser, browser.new_page(viewport={"width": 1400, "height": 1100})
 
 
+@pytest.mark.slow
 def test_a_lab_runs_in_jupyterlab_with_nbgrader(jupyterlab):
     if CHROMIUM is None:
         pytest.skip("no chromium to drive: `make browser` or `sudo apt-get install chromium`")
@@ -213,6 +214,7 @@ FIND_CELL_JS = """([heading]) => {
 
 
 @pytest.mark.parametrize("jupyterlab", [TORCHVIZ_LAB], indirect=True)
+@pytest.mark.slow
 def test_lab01_shows_the_torchviz_picture_in_the_cell_that_promises_it(jupyterlab):
     """After "Reading a torchviz picture" (which explains the colours of the boxes), the cell
     `draw(out, params=params, show_saved=True, show_attrs=True)` shows the picture itself."""
@@ -290,6 +292,7 @@ def test_graphviz_pure_boxes_hold_their_text():
     CHROMIUM is None,
     reason="no chromium to drive: `make browser` or `sudo apt-get install chromium`",
 )
+@pytest.mark.slow
 def test_the_class_report_renders_in_chromium(report_course):
     """report/index.html of a graded class (tests/test_report.py's), opened from disk: every
     lab's charts and the grading-time chart are decoded images, and each has its numbers."""

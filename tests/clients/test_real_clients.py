@@ -8,7 +8,8 @@ nbgrader_config.py (and graders/ beside it, as in the repository).
 * `nbgrader autograde` gives every lab's demo student `complete` full marks and `blank` 0,
   and its "Attribute 'checksum' ... has changed!" warnings are exactly the test cells whose
   hidden tests nbgrader puts back (the README says why they are not tampering);
-* so does the formgrader's Autograde button: its API on a running JupyterLab;
+* so does the formgrader's Autograde button (its API on a running JupyterLab) for one lab:
+  the command line grades every lab, with the same configuration;
 * a grading environment without torch installs nothing and says what it lacks.
 
 One course serves every lab. The two validate runs, the command-line autograde and the
@@ -49,6 +50,7 @@ pytestmark = pytest.mark.timeout(1200)
 BIN = Path(sys.executable).parent  # nbgrader, jupyter and alembic of the course's environment
 STUDENTS = ("complete", "blank")
 NO_TORCH_LAB = "lab01_graph"
+FORMGRADER_LAB = "lab02_backprop"  # the lab the formgrader's button grades
 CHECKSUM_WARNING = re.compile(r"Attribute 'checksum' for cell (\S+) has changed!")
 
 
@@ -112,10 +114,10 @@ def scores(root: Path) -> dict[tuple[str, str], tuple[float, float]]:
     return found
 
 
-def wrong_scores(root: Path) -> list[str]:
+def wrong_scores(root: Path, labs=LABS) -> list[str]:
     got = scores(root)
     wrong = []
-    for lab in LABS:
+    for lab in labs:
         for student in STUDENTS:
             score, top = got.get((lab, student), (None, None))
             want = top if student == "complete" else 0
@@ -199,6 +201,7 @@ def clients(course):
 # ---- generate_assignment ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_generate_assignment_skips_an_existing_release_unless_forced(course):
     """The README's advice: without --force, nbgrader keeps the committed release as it is
     (and exits 0); with --force it rewrites it and records every lab in the gradebook."""
@@ -217,9 +220,11 @@ def test_generate_assignment_skips_an_existing_release_unless_forced(course):
 # ---- the formgrader (runs while the command-line clients below run) ---------------------------
 
 
-def test_the_formgrader_autograde_button_grades_every_lab(clients):
+@pytest.mark.slow
+def test_the_formgrader_autograde_button_grades_a_lab(clients):
     """POST /formgrader/api/submission/<lab>/<student>/autograde, what the formgrader's
-    Autograde button sends, on a JupyterLab started in the course folder."""
+    Autograde button sends, on a JupyterLab started in the course folder: FORMGRADER_LAB's
+    complete gets full marks and blank 0, as `nbgrader autograde` gives every lab's below."""
     server, log = clients.processes["lab"], clients.logs["lab"]
     headers = {"Authorization": f"token {clients.token}"}
 
@@ -241,11 +246,11 @@ def test_the_formgrader_autograde_button_grades_every_lab(clients):
             if time.monotonic() > deadline:
                 pytest.fail(f"no formgrader in 120 s:\n{log.read_text()[-3000:]}")
             time.sleep(1)
-    for lab in LABS:
-        for student in STUDENTS:
-            reply = call(f"/formgrader/api/submission/{lab}/{student}/autograde", "POST", 600)
-            assert reply["success"], f"{lab}/{student}: {reply.get('error') or reply.get('log')}"
-    assert wrong_scores(clients.formgrader_root) == []
+    lab = FORMGRADER_LAB
+    for student in STUDENTS:
+        reply = call(f"/formgrader/api/submission/{lab}/{student}/autograde", "POST", 600)
+        assert reply["success"], f"{lab}/{student}: {reply.get('error') or reply.get('log')}"
+    assert wrong_scores(clients.formgrader_root, [lab]) == []
 
 
 # ---- nbgrader validate ------------------------------------------------------------------------
@@ -257,6 +262,7 @@ def per_notebook(output: str) -> dict[str, str]:
     return {Path(path).stem: said for path, said in zip(parts[1::2], parts[2::2], strict=True)}
 
 
+@pytest.mark.slow
 def test_validate_passes_every_solution(clients):
     output = finish(clients.processes["validate"], clients.logs["validate"])
     said = per_notebook(output)
@@ -266,6 +272,7 @@ def test_validate_passes_every_solution(clients):
     assert clients.processes["validate"].returncode == 0
 
 
+@pytest.mark.slow
 def test_validate_invert_finds_every_check_of_the_release_failing(clients):
     output = finish(clients.processes["invert"], clients.logs["invert"])
     said = per_notebook(output)
@@ -278,6 +285,7 @@ def test_validate_invert_finds_every_check_of_the_release_failing(clients):
 # ---- nbgrader autograde -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_nbgrader_autograde_gives_complete_full_marks_and_blank_zero(course, clients):
     output = finish(clients.processes["autograde"], clients.logs["autograde"])
     assert clients.processes["autograde"].returncode == 0, output[-5000:]
@@ -325,6 +333,7 @@ def no_torch_venv(request, tmp_path_factory) -> Path:
     return venv
 
 
+@pytest.mark.slow
 def test_a_grading_environment_without_torch_installs_nothing_and_says_so(course, no_torch_venv):
     venv = no_torch_venv
     python = str(venv / "bin" / "python")

@@ -16,7 +16,7 @@ from helpers import complete_notebook, errors
 
 from graders.course import LABS, REPO
 
-pytestmark = pytest.mark.timeout(1500)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 
 def python312() -> str | None:
