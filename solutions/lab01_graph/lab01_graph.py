@@ -347,7 +347,7 @@ def _graph_record(result, made_by, leaves):
 
 ### END HIDDEN TESTS
 check(
-    callable(globals().get("walk")),
+    defined("walk") and callable(walk),
     "walk is not defined: run the exercise 1 cell above (did it stop with an error?).",
 )
 # The recurrent cell: no tensor is used twice, so the graph is a tree.
@@ -365,22 +365,16 @@ _expected_edges = [
     (_mm_x, _acc_x),
     (_mm_h, _acc_h),
 ]
-try:
-    _walked = walk(out)
-except NotImplementedError:
-    raise
-except Exception as _error:
-    check(False, f"walk(out) stopped with {type(_error).__name__}: {_error}")
+_walked, _error = attempt(walk, out)
+check(_error is None, f"walk(out) raised an error, so it could not be checked: {_error}.")
 _problems = _graph_problems(_walked, out, _expected_nodes, _expected_edges)
 check(not _problems, f"walk(out) is not the recurrent cell's graph: {' '.join(_problems)}")
-try:
-    _walked = walk(Wh)
-except Exception as _error:
-    check(
-        False,
-        f"walk(Wh) stopped with {type(_error).__name__}: {_error}. Wh is a leaf: its grad_fn is "
-        "None, so there is no graph to walk; return ([], []).",
-    )
+_walked, _error = attempt(walk, Wh)
+check(
+    _error is None,
+    f"walk(Wh) raised an error: {_error}. Wh is a leaf: its grad_fn is None, so there is no "
+    "graph to walk; return ([], []).",
+)
 check(
     _walked == ([], []),
     "walk(Wh) should be ([], []): Wh is a leaf, its grad_fn is None, there is no graph behind it.",
@@ -429,19 +423,15 @@ observe(
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_walk_shared"}
 check(
-    callable(globals().get("walk")),
+    defined("walk") and callable(walk),
     "walk is not defined: run the exercise 1 cell above (did it stop with an error?).",
 )
 # A leaf used twice (a * a) and an intermediate tensor used by two branches (sin and cos).
 _sq = (a * a).sum()
 _sum, _mul = _sq.grad_fn, _sq.grad_fn.next_functions[0][0]
 _acc = _mul.next_functions[0][0]
-try:
-    _walked = walk(_sq)
-except NotImplementedError:
-    raise
-except Exception as _error:
-    check(False, f"walk((a * a).sum()) stopped with {type(_error).__name__}: {_error}")
+_walked, _error = attempt(walk, _sq)
+check(_error is None, f"walk((a * a).sum()) raised an error, so it could not be checked: {_error}.")
 _problems = _graph_problems(
     _walked, _sq, [_sum, _mul, _acc], [(_sum, _mul), (_mul, _acc), (_mul, _acc)]
 )
@@ -456,12 +446,11 @@ _mm = _sin.next_functions[0][0]
 _acc = _mm.next_functions[0][0]
 _expected_nodes = [_s, _add, _sin, _cos, _mm, _acc]
 _expected_edges = [(_s, _add), (_add, _sin), (_add, _cos), (_sin, _mm), (_cos, _mm), (_mm, _acc)]
-try:
-    _walked = walk(_out2)
-except NotImplementedError:
-    raise
-except Exception as _error:
-    check(False, f"walk((u.sin() + u.cos()).sum()) stopped with {type(_error).__name__}: {_error}")
+_walked, _error = attempt(walk, _out2)
+check(
+    _error is None,
+    f"walk((u.sin() + u.cos()).sum()) raised an error, so it could not be checked: {_error}.",
+)
 _problems = _graph_problems(_walked, _out2, _expected_nodes, _expected_edges)
 check(not _problems, f"walk((u.sin() + u.cos()).sum()) is not its graph: {' '.join(_problems)}")
 ### BEGIN HIDDEN TESTS
@@ -640,7 +629,7 @@ def _disagreements(predicted, actual):
 
 
 check(
-    "predictions" in globals(),
+    defined("predictions"),
     "predictions is not defined yet: fill in the dictionary in the exercise cell above and run it.",
 )
 check(
@@ -840,24 +829,19 @@ print(predict(("mul", "a", "b"), GIVEN))
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_predict"}
 check(
-    callable(globals().get("predict")),
+    defined("predict") and callable(predict),
     "predict is not defined: run the exercise 3 cell above (did it stop with an error?).",
 )
 _cases = {_e: (_t, EXPRESSIONS[_e]) for _e, _t in EXPRESSION_TREES.items()}
 _cases.update({_e: (_t, MORE_EXPRESSIONS[_e]) for _e, _t in MORE_TREES.items()})
 _wrong = {"requires_grad": [], "is_leaf": [], "grad_fn": []}
 for _expression, (_tree, _make) in _cases.items():
-    try:
-        _got = predict(_tree, GIVEN)
-    except NotImplementedError:
-        raise
-    except Exception as _error:
-        check(
-            False,
-            f"predict stopped with an error on the expression {_expression!r}: "
-            f"{type(_error).__name__}: {_error}. (Try predict on that expression's tree yourself "
-            "to see where.)",
-        )
+    _got, _error = attempt(predict, _tree, GIVEN)
+    check(
+        _error is None,
+        f"predict raised an error on the expression {_expression!r}: {_error}. Try predict on "
+        "that expression's tree yourself to see where.",
+    )
     check(
         isinstance(_got, tuple | list) and len(_got) == 3,
         f"predict should return a triple (requires_grad, is_leaf, grad_fn); for the expression "
@@ -978,7 +962,7 @@ def _ids(tensors):
 
 
 check(
-    callable(globals().get("leaves")),
+    defined("leaves") and callable(leaves),
     "leaves is not defined: run the exercise 4 cell above (did it stop with an error?).",
 )
 # The graphs of the two tensors below, written out by hand: leaves(t) runs here with this
@@ -1013,16 +997,16 @@ def _known_walk(t):
 
 _your_walk = globals().get("walk")
 walk = _known_walk  # leaves(t) calls this walk while the check runs it, then yours is back
-_error = None
 try:
-    _got, _got_sq = leaves(out), leaves(_sq)
-except NotImplementedError:
+    _got, _error = attempt(leaves, out)
+    _got_sq, _error_sq = attempt(leaves, _sq)
+finally:
     walk = _your_walk
-    raise
-except Exception as _caught:
-    _error = _caught
-walk = _your_walk
-check(_error is None, f"leaves(t) stopped with {type(_error).__name__}: {_error}")
+check(_error is None, f"leaves(out) raised an error, so it could not be checked: {_error}.")
+check(
+    _error_sq is None,
+    f"leaves((a * a).sum()) raised an error, so it could not be checked: {_error_sq}.",
+)
 check(isinstance(_got, list), "leaves(t) should return a list of tensors.")
 check(
     all(isinstance(v, torch.Tensor) for v in _got),

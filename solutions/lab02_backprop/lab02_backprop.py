@@ -120,18 +120,17 @@ def recurrent_step(Wh, Wx, x, h):
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_recurrent_step"}
 check(
-    callable(globals().get("recurrent_step")),
+    defined("recurrent_step") and callable(recurrent_step),
     "recurrent_step is not defined: run the exercise 1 cell above (did it stop with an error?).",
 )
 _Wh = torch.randn(3, 3, requires_grad=True)
 _Wx = torch.randn(3, 2, requires_grad=True)
 _x, _h = torch.randn(2, 1), torch.randn(3, 1)
-try:
-    _result = recurrent_step(_Wh, _Wx, _x, _h)
-except NotImplementedError:
-    raise
-except Exception as _error:
-    check(False, f"recurrent_step(Wh, Wx, x, h) stopped with {type(_error).__name__}: {_error}")
+_result, _error = attempt(recurrent_step, _Wh, _Wx, _x, _h)
+check(
+    _error is None,
+    f"recurrent_step(Wh, Wx, x, h) raised an error, so it could not be checked: {_error}.",
+)
 check(
     isinstance(_result, tuple) and len(_result) == 2,
     "recurrent_step should return a tuple (out, next_h).",
@@ -247,26 +246,22 @@ def backward_twice(y, w):
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_backward_twice"}
 check(
-    callable(globals().get("backward_twice")),
+    defined("backward_twice") and callable(backward_twice),
     "backward_twice is not defined: run the exercise 2 cell above (did it stop with an error?).",
 )
 _w = torch.tensor(2.0, requires_grad=True)
 _y = _w**3
 _passes = []
 _y.register_hook(lambda _grad: _passes.append(1))  # counts the passes through _y
-try:
-    _g = backward_twice(_y, _w)
-except NotImplementedError:
-    raise
-except RuntimeError as _error:
-    check(
-        "a second time" not in str(_error),
-        "The second backward() failed because the first one freed the saved tensors: pass "
-        "retain_graph=True to the first call.",
-    )
-    check(False, f"backward_twice(y, w) stopped with RuntimeError: {_error}")
-except Exception as _error:
-    check(False, f"backward_twice(y, w) stopped with {type(_error).__name__}: {_error}")
+_g, _error = attempt(backward_twice, _y, _w)
+check(
+    _error is None or "a second time" not in _error,
+    "The second backward() failed because the first one freed the saved tensors: pass "
+    "retain_graph=True to the first call.",
+)
+check(
+    _error is None, f"backward_twice(y, w) raised an error, so it could not be checked: {_error}."
+)
 check(
     len(_passes) == 2,
     f"backward_twice(y, w) went backwards through the y it was given {len(_passes)} time(s), "
@@ -382,18 +377,14 @@ def fresh_gradients(xs):
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_fresh_gradients"}
 check(
-    callable(globals().get("fresh_gradients")),
+    defined("fresh_gradients") and callable(fresh_gradients),
     "fresh_gradients is not defined: run the exercise 3 cell above (did it stop with an error?).",
 )
 _xs = [torch.zeros(2, 1), torch.ones(2, 1), torch.tensor([[0.5], [-2.0]])]
 _want = [torch.autograd.grad(forward(_x), Wh)[0] for _x in _xs]  # each pass alone
 Wh.grad = torch.full((3, 3), 5.0)  # a stale gradient, left from before the call
-try:
-    _got = fresh_gradients(_xs)
-except NotImplementedError:
-    raise
-except Exception as _error:
-    check(False, f"fresh_gradients(xs) stopped with {type(_error).__name__}: {_error}")
+_got, _error = attempt(fresh_gradients, _xs)
+check(_error is None, f"fresh_gradients(xs) raised an error, so it could not be checked: {_error}.")
 check(
     isinstance(_got, list) and len(_got) == len(_xs),
     f"fresh_gradients(xs) should return a list with one gradient per input: 3 for these 3 "
@@ -541,17 +532,15 @@ def _gradients_record(point, dtype):
 
 ### END HIDDEN TESTS
 check(
-    callable(globals().get("f_gradients")),
+    defined("f_gradients") and callable(f_gradients),
     "f_gradients is not defined: run the exercise 4 cell above (did it stop with an error?).",
 )
 _point = (0.5, -1.25, 2.0)
 _x, _y, _z = leaves_at(_point)
-try:
-    _got = f_gradients(_x, _y, _z)
-except NotImplementedError:
-    raise
-except Exception as _error:
-    check(False, f"f_gradients(x, y, z) stopped with {type(_error).__name__}: {_error}")
+_got, _error = attempt(f_gradients, _x, _y, _z)
+check(
+    _error is None, f"f_gradients(x, y, z) raised an error, so it could not be checked: {_error}."
+)
 check(
     isinstance(_got, tuple | list) and len(_got) == 5,
     "f_gradients should return five gradients: (df/dx, df/dy, df/dz, df/dp, df/dq).",
@@ -598,19 +587,17 @@ for _k, _point in enumerate(_hidden_points, 1):
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_f_intermediates"}
 check(
-    callable(globals().get("f_gradients")),
+    defined("f_gradients") and callable(f_gradients),
     "f_gradients is not defined: run the exercise 4 cell above (did it stop with an error?).",
 )
 _point = (-1.5, 0.75, -0.5)
 _x, _y, _z = leaves_at(_point)
-try:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        _got = f_gradients(_x, _y, _z)
-except NotImplementedError:
-    raise
-except Exception as _error:
-    check(False, f"f_gradients(x, y, z) stopped with {type(_error).__name__}: {_error}")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    _got, _error = attempt(f_gradients, _x, _y, _z)
+check(
+    _error is None, f"f_gradients(x, y, z) raised an error, so it could not be checked: {_error}."
+)
 check(
     isinstance(_got, tuple | list) and len(_got) == 5,
     "f_gradients should return five gradients: (df/dx, df/dy, df/dz, df/dp, df/dq).",
@@ -810,7 +797,7 @@ def _counted(f, passes):
 
 
 check(
-    callable(globals().get("jacobian_rows")),
+    defined("jacobian_rows") and callable(jacobian_rows),
     "jacobian_rows is not defined: run the exercise 5 cell above (did it stop with an error?).",
 )
 
@@ -822,24 +809,18 @@ def _f(t):
 
 _x = torch.tensor([0.5, -1.0, 2.0])
 _passes = []
-try:
-    _J = jacobian_rows(_counted(_f, _passes), _x)
-except NotImplementedError:
-    raise
-except RuntimeError as _error:
-    check(
-        "a second time" not in str(_error),
-        "The second row's pass failed because the first one freed what y's graph saved: pass "
-        "retain_graph=True (to all the passes but the last, or to all of them).",
-    )
-    check(
-        "does not require grad" not in str(_error),
-        "f(x) does not require a gradient, so there is nothing to go backwards through: call "
-        "f on a leaf of your own, x.detach().requires_grad_().",
-    )
-    check(False, f"jacobian_rows(f, x) stopped with RuntimeError: {_error}")
-except Exception as _error:
-    check(False, f"jacobian_rows(f, x) stopped with {type(_error).__name__}: {_error}")
+_J, _error = attempt(jacobian_rows, _counted(_f, _passes), _x)
+check(
+    _error is None or "a second time" not in _error,
+    "The second row's pass failed because the first one freed what y's graph saved: pass "
+    "retain_graph=True (to all the passes but the last, or to all of them).",
+)
+check(
+    _error is None or "does not require grad" not in _error,
+    "f(x) does not require a gradient, so there is nothing to go backwards through: call "
+    "f on a leaf of your own, x.detach().requires_grad_().",
+)
+check(_error is None, f"jacobian_rows(f, x) raised an error, so it could not be checked: {_error}.")
 check(
     isinstance(_J, torch.Tensor),
     f"jacobian_rows should return one tensor, the Jacobian, not {type(_J).__name__}: "

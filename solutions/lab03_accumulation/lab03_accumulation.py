@@ -130,21 +130,14 @@ def two_steps(set_to_none, a0=1.0, b0=2.0):
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_two_steps"}
 check(
-    "two_steps" in globals(),
+    defined("two_steps"),
     "two_steps is not defined: run the exercise cell above (it raised an error, or did not run).",
 )
 for _flag, _b_want in ((True, 1.9), (False, 1.81)):
-    _error = None
-    try:
-        _result = two_steps(_flag)
-    except NotImplementedError:
-        raise
-    except Exception as _e:  # any other error: say which call raised it
-        _error = _e
+    _result, _error = attempt(two_steps, _flag)
     check(
         _error is None,
-        f"two_steps(set_to_none={_flag}) raised an error instead of returning (a, b): "
-        f"{type(_error).__name__}: {str(_error)[:150]}",
+        f"two_steps(set_to_none={_flag}) raised an error instead of returning (a, b): {_error}.",
     )
     check(
         isinstance(_result, tuple)
@@ -295,24 +288,18 @@ def unrolled_grads(W, h0, k):
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_unrolled_grads"}
 check(
-    "unrolled_grads" in globals(),
+    defined("unrolled_grads"),
     "unrolled_grads is not defined: run the exercise cell above (it raised an error, or did "
     "not run).",
 )
 _W = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
 _h0 = torch.randn(3, 1, dtype=torch.float64)
-_error = None
-try:
-    _result = unrolled_grads(_W, _h0, 3)
-except NotImplementedError:
-    raise
-except Exception as _e:  # any other error: say which call raised it
-    _error = _e
+_result, _error = attempt(unrolled_grads, _W, _h0, 3)
 check(
     _error is None,
-    "unrolled_grads(W, h0, k=3) on a random 3x3 W whose .grad is None raised an error: "
-    f"{type(_error).__name__}: {str(_error)[:150]}. If it is about NoneType: W.grad is None "
-    "before W's first backward(), so clear it with W.grad = None rather than W.grad.zero_().",
+    f"unrolled_grads(W, h0, k=3) on a random 3x3 W whose .grad is None raised an error: "
+    f"{_error}. If it is about NoneType: W.grad is None before W's first backward(), so clear "
+    "it with W.grad = None rather than W.grad.zero_().",
 )
 check(
     isinstance(_result, tuple) and len(_result) == 2,
@@ -453,25 +440,18 @@ def count_uses(loss, W):
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_count_uses"}
 check(
-    "count_uses" in globals(),
+    defined("count_uses"),
     "count_uses is not defined: run the exercise cell above (it raised an error, or did not run).",
 )
 _W = torch.randn(3, 3, requires_grad=True)
 _h = torch.randn(3, 1)
 for _ in range(4):
     _h = torch.tanh(_W @ _h)
-_error = None
-try:
-    _n = count_uses(_h.sum(), _W)
-except NotImplementedError:
-    raise
-except Exception as _e:  # any other error: say which call raised it
-    _error = _e
+_n, _error = attempt(count_uses, _h.sum(), _W)
 check(
     _error is None,
-    "count_uses(loss, W) on the loss of 4 steps h = tanh(W @ h) raised an error: "
-    f"{type(_error).__name__}: {str(_error)[:150]}. (Compare nodes with `is`: "
-    "child.variable is W; == compares the tensors' values.)",
+    f"count_uses(loss, W) on the loss of 4 steps h = tanh(W @ h) raised an error: {_error}. "
+    "(Compare nodes with `is`: child.variable is W; == compares the tensors' values.)",
 )
 check(
     _n == 4,
@@ -658,7 +638,7 @@ def _same(_layer, _values, _exact=False):
 
 
 check(
-    "sgd_train" in globals(),
+    defined("sgd_train"),
     "sgd_train is not defined: run the exercise cell above (it raised an error, or did not run).",
 )
 torch.manual_seed(2)
@@ -671,18 +651,12 @@ _after_one = [(_p - 0.1 * _p.grad).detach() for _p in _one.fc_1.parameters()]
 _runs = {}
 for _branches in ([1], [1, 2, 2]):
     _net = copy.deepcopy(_start)
-    _error = None
-    try:
-        sgd_train(_net, _x, _branches, lr=0.1)
-    except NotImplementedError:
-        raise
-    except Exception as _e:  # any other error: say which call raised it
-        _error = _e
+    _, _error = attempt(sgd_train, _net, _x, _branches, lr=0.1)
     check(
         _error is None,
         f"sgd_train(net, x, {_branches}, lr=0.1) on a new TwoBranch net raised an error: "
-        f"{type(_error).__name__}: {str(_error)[:150]}. If it is about NoneType: a layer that a "
-        "step does not use has .grad None there; skip it (if p.grad is not None).",
+        f"{_error}. If it is about NoneType: a layer that a step does not use has .grad None "
+        "there; skip it (if p.grad is not None).",
     )
     _runs[len(_branches)] = _net
 
@@ -808,7 +782,7 @@ def _close_all(got, want):
 
 
 check(
-    "accumulated_grads" in globals(),
+    defined("accumulated_grads"),
     "accumulated_grads is not defined: run the exercise cell above (it raised an error, or did "
     "not run).",
 )
@@ -820,17 +794,11 @@ for _n, _micro in ((8, 2), (10, 4)):
     _y = torch.randn(_n, 2, dtype=torch.float64)
     _want = _grads_of(_model, F.mse_loss(_model(_X), _y))
     _model.zero_grad()
-    _error = None
-    try:
-        _got = accumulated_grads(_model, _X, _y, _micro)
-    except NotImplementedError:
-        raise
-    except Exception as _e:  # any other error: say which call raised it
-        _error = _e
+    _got, _error = attempt(accumulated_grads, _model, _X, _y, _micro)
     check(
         _error is None,
         f"accumulated_grads(model, X, y, micro={_micro}) with N={_n} rows, on an nn.Linear(3, 2), "
-        f"raised an error: {type(_error).__name__}: {str(_error)[:150]}",
+        f"raised an error: {_error}.",
     )
     check(
         isinstance(_got, list) and [getattr(_g, "shape", None) for _g in _got] == _shapes,

@@ -107,27 +107,20 @@ def node_gradients(w1, w2, x):
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_node_gradients"}
 check(
-    "node_gradients" in globals(),
+    defined("node_gradients"),
     "node_gradients is not defined: run the exercise cell above (it raised an error, or did not "
     "run).",
 )
 _w1 = torch.tensor(2.0, requires_grad=True)
 _w2 = torch.tensor(2.0, requires_grad=True)
 _x = torch.tensor(4.0, requires_grad=True)
-_error = None
-try:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        _result = node_gradients(_w1, _w2, _x)
-except NotImplementedError:
-    raise
-except Exception as _e:  # any other error: say which call raised it
-    _error = _e
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    _result, _error = attempt(node_gradients, _w1, _w2, _x)
 check(
     _error is None,
-    "node_gradients(w1=2, w2=2, x=4) raised an error: "
-    f"{type(_error).__name__}: {str(_error)[:150]}. (retain_grad() works only on a tensor in "
-    "the graph: not on a detach()ed one.)",
+    f"node_gradients(w1=2, w2=2, x=4) raised an error: {_error}. (retain_grad() works only on "
+    "a tensor in the graph: not on a detach()ed one.)",
 )
 check(
     isinstance(_result, tuple) and len(_result) == 2,
@@ -290,22 +283,16 @@ def broken(x):
 
 # %% nbgrader={"grade": true, "points": 1, "grade_id": "test_broken"}
 check(
-    "broken" in globals(),
+    defined("broken"),
     "broken is not defined: run the exercise cell above (it raised an error, or did not run).",
 )
 _x = torch.tensor([-1.0, 0.0, 0.5, 2.0], requires_grad=True)
 _x_before = _x.detach().clone()
-_error = None
-try:
-    _out = broken(_x)
-except NotImplementedError:
-    raise
-except Exception as _e:  # any other error: say which call raised it
-    _error = _e
+_out, _error = attempt(broken, _x)
 check(
     _error is None,
     "broken(x) on a vector x that requires grad failed before backward(): it must run forward "
-    f"and fail only in backward(). PyTorch said: {type(_error).__name__}: {str(_error)[:120]} "
+    f"and fail only in backward(). PyTorch said: {_error} "
     "(change the output of torch.tanh in place, not the leaf x).",
 )
 check(
@@ -327,11 +314,7 @@ check(
     "backward() cannot reach tanh at all: compute with recording on (no torch.no_grad(), no "
     "detach()), and change the output of torch.tanh in place.",
 )
-_raised = None
-try:
-    _out.backward()
-except RuntimeError as _error:
-    _raised = str(_error)
+_, _raised = attempt(_out.backward)
 check(
     _raised is not None,
     "broken(x).backward() ran without error. The in-place change must hit a tensor that "
@@ -342,7 +325,7 @@ check(
 check(
     "modified by an inplace operation" in _raised,
     "broken(x).backward() failed, but not with the version counter error. PyTorch said: "
-    f"{_raised[:120]}",
+    f"{_raised}.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -387,22 +370,16 @@ def fixed(x):
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_fixed"}
 check(
-    "fixed" in globals(),
+    defined("fixed"),
     "fixed is not defined: run the exercise cell above (it raised an error, or did not run).",
 )
 _x = torch.tensor([-1.0, 0.0, 0.5, 2.0], requires_grad=True)
 _x_before = _x.detach().clone()
-_error = None
-try:
-    _out = fixed(_x)
-except NotImplementedError:
-    raise
-except Exception as _e:  # any other error: say which call raised it
-    _error = _e
+_out, _error = attempt(fixed, _x)
 check(
     _error is None,
     "fixed(x) on a vector x that requires grad raised an error in the forward pass. PyTorch "
-    f"said: {type(_error).__name__}: {str(_error)[:120]}",
+    f"said: {_error}.",
 )
 check(
     isinstance(_out, torch.Tensor) and _out.dim() == 0,
@@ -420,15 +397,8 @@ check(
     "torch.no_grad() or detach() hides the error by recording nothing, so there is no "
     "gradient at all. Make a new tensor instead of changing the saved one.",
 )
-_raised = None
-try:
-    _out.backward()
-except RuntimeError as _error:
-    _raised = str(_error)
-check(
-    _raised is None,
-    f"fixed(x).backward() still fails. PyTorch said: {str(_raised)[:120]}",
-)
+_, _raised = attempt(_out.backward)
+check(_raised is None, f"fixed(x).backward() still fails. PyTorch said: {_raised}.")
 _expected = 3 * (1 - torch.tanh(_x_before) ** 2)
 check(
     _x.grad is not None,
@@ -522,25 +492,19 @@ def sgd_step(params, lr):
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_sgd_update"}
 check(
-    "sgd_step" in globals(),
+    defined("sgd_step"),
     "sgd_step is not defined: run the exercise cell above (it raised an error, or did not run).",
 )
 _w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
 _b = torch.tensor(0.5, requires_grad=True)
 (_w * torch.tensor([1.0, -1.0, 2.0])).sum().add(_b * 4).backward()
 _ids, _ptrs = (id(_w), id(_b)), (_w.data_ptr(), _b.data_ptr())
-_error = None
-try:
-    sgd_step([_w, _b], 0.1)
-except NotImplementedError:
-    raise
-except Exception as _e:  # any other error: say which call raised it
-    _error = _e
+_, _error = attempt(sgd_step, [_w, _b], 0.1)
 check(
     _error is None,
     "sgd_step([w, b], lr=0.1) raised an error. If PyTorch complains about 'a leaf Variable that "
     "requires grad is being used in an in-place operation', do the update inside "
-    f"`with torch.no_grad():`. PyTorch said: {type(_error).__name__}: {str(_error)[:100]}",
+    f"`with torch.no_grad():`. PyTorch said: {_error}.",
 )
 check(
     torch.allclose(_w.detach(), torch.tensor([0.9, 2.1, 2.8])) and abs(_b.item() - 0.1) < 1e-6,
@@ -621,23 +585,16 @@ observe(
 # The loss here is linear in the parameters, so its gradient does not depend on where the
 # update put them: this check is about resetting the gradients only.
 check(
-    "sgd_step" in globals(),
+    defined("sgd_step"),
     "sgd_step is not defined: run the exercise cell above (it raised an error, or did not run).",
 )
 _w = torch.tensor([1.0, 2.0], requires_grad=True)
 _b = torch.tensor(-0.5, requires_grad=True)
 ((_w * torch.tensor([3.0, -1.0])).sum() + _b * 2).backward()
-_error = None
-try:
-    sgd_step([_w, _b], 0.1)
-except NotImplementedError:
-    raise
-except Exception as _e:  # any other error: say which call raised it
-    _error = _e
+_, _error = attempt(sgd_step, [_w, _b], 0.1)
 check(
     _error is None,
-    "sgd_step([w, b], lr=0.1) raised an error (see the check above). PyTorch said: "
-    f"{type(_error).__name__}: {str(_error)[:120]}",
+    f"sgd_step([w, b], lr=0.1) raised an error (see the check above). PyTorch said: {_error}.",
 )
 check(
     _w.grad is None or torch.count_nonzero(_w.grad).item() == 0,
@@ -851,7 +808,7 @@ def bootstrap_loss(w, s, r, s_next, gamma):
 
 # %% nbgrader={"grade": true, "points": 2, "grade_id": "test_bootstrap_loss"}
 check(
-    "bootstrap_loss" in globals(),
+    defined("bootstrap_loss"),
     "bootstrap_loss is not defined: run the exercise cell above (it raised an error, or did not "
     "run).",
 )
@@ -859,17 +816,11 @@ _w = torch.tensor([0.5, -1.0, 2.0], requires_grad=True)
 _s = torch.tensor([1.0, 2.0, 0.5])
 _s_next = torch.tensor([0.0, 1.0, 2.0])
 _w_before = _w.detach().clone()
-_error = None
-try:
-    _loss = bootstrap_loss(_w, _s, 1.0, _s_next, 0.5)
-except NotImplementedError:
-    raise
-except Exception as _e:  # any other error: say which call raised it
-    _error = _e
+_loss, _error = attempt(bootstrap_loss, _w, _s, 1.0, _s_next, 0.5)
 check(
     _error is None,
     "bootstrap_loss(w, s, r=1.0, s_next, gamma=0.5) on the 3-vectors above raised an error: "
-    f"{type(_error).__name__}: {str(_error)[:150]}",
+    f"{_error}.",
 )
 _pred, _target = -0.5, 1.0 + 0.5 * 3.0
 check(

@@ -22,9 +22,6 @@
 # 5. **anomaly detection**, which finds the forward line behind a backward error (lab 4's
 #    in-place error).
 #
-# Gradients as functions (`torch.func`), per-sample gradients with `vmap` and Hessian-vector
-# products are the subject of lab 10.
-#
 # **How this lab works.** Cells marked *exercise* are yours: replace
 # `raise NotImplementedError(...)` with your code. The cell after each exercise is a
 # *check*: run it, and if something is wrong it tells you what, in words. When you submit,
@@ -47,8 +44,6 @@ from torch.utils.checkpoint import checkpoint
 
 # The matrices here are small: one thread is as fast as several, and the timings steadier.
 torch.set_num_threads(1)
-# nbgrader sets NBGRADER_EXECUTION while grading: then the measurements are smaller.
-GRADING = "NBGRADER_EXECUTION" in os.environ
 
 print("torch", torch.__version__, "| grading run" if GRADING else "")
 
@@ -137,9 +132,6 @@ print("the hooks on the hidden states fired for the steps", fired)
 # that stores its gradient; then `loss = h.sum()` and one backward pass. Return the list of the
 # `k` gradients **in the order of the uses** (the first use's first), each a tensor shaped like
 # `W`. Careful: the hooks fire in backward order. For `k = 0` return an empty list.
-#
-# The check adds your `k` gradients up and compares the sum with the gradient of the shared
-# `W`, and compares each one with lab 3's copies.
 
 
 # %% nbgrader={"solution": true, "grade_id": "per_use_grads"}
@@ -222,17 +214,15 @@ for _k, _n in ((1, 4), (2, 4), (4, 5), (6, 3)):
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# The same question can be put to a **module**. `register_forward_hook(fn)` calls
-# `fn(module, inputs, output)` after every call of the module's forward, and
-# `register_full_backward_hook(fn)` calls `fn(module, grad_input, grad_output)` once per call
-# during the backward pass, with the gradients with respect to that call's inputs and outputs
-# (not its parameters). For a linear layer, the weight's gradient from one call is
-# `grad_output.T @ input`, a sum over the samples of the batch; keep the sample index instead
-# (`torch.einsum("ni,nj->nij", grad_output, input)`) and you have each **sample's** share of
-# the weight gradient. So one ordinary `backward()` can give per-sample gradients, if hooks
-# collect the pieces: the Opacus library computes them this way for differentially private
-# training (its `GradSampleModule` puts such hooks on each layer). (Lab 10 gets them another way, with `torch.func.vmap`.) Remove the hooks when you
-# are done: a forgotten hook fires in every later pass.
+# Modules have hooks too: `register_forward_hook(fn)` calls `fn(module, inputs, output)` after
+# every call of the module's forward, and `register_full_backward_hook(fn)` calls
+# `fn(module, grad_input, grad_output)` once per call during the backward pass, with the
+# gradients with respect to that call's inputs and outputs (not its parameters). For a linear
+# layer, the weight's gradient from one call is `grad_output.T @ input`, a sum over the batch;
+# keep the sample index (`torch.einsum("ni,nj->nij", grad_output, input)`) and you have each
+# **sample's** share. So one ordinary `backward()` can give per-sample gradients, if hooks
+# collect the pieces, as the Opacus library does for differentially private training (lab 10
+# uses `torch.func.vmap`). Remove hooks when done: a forgotten hook fires in every later pass.
 
 # %%
 torch.manual_seed(2)
@@ -418,13 +408,12 @@ observe(
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# Now the numbers. For a batch of inputs, one pass of `DynamicNet` at each depth from 0 up:
-# the bytes your `saved_bytes` counts, and beside them the memory those saved tensors really
-# occupy, `distinct_saved_bytes`: each block of memory (a tensor's *storage*) counted once,
-# and the parameters left out, since they exist whether or not a graph saves them. The two
-# differ because one tensor is often saved in two places (the output of a ReLU is saved by
-# the ReLU and again by the next layer, as its input) and because the middle layer saves its
-# **weight** once per use. The rest of this lab measures memory the second way.
+# Now the numbers, for one pass of `DynamicNet` at each depth from 0 up: the bytes your
+# `saved_bytes` counts, and the memory those saved tensors really occupy,
+# `distinct_saved_bytes`: each block of memory (a tensor's *storage*) once, parameters left out
+# (they exist whether or not a graph saves them). The two differ because one tensor is often
+# saved in two places (the output of a ReLU is saved by the ReLU and again by the next layer,
+# as its input) and because the middle layer saves its **weight** once per use.
 
 
 # %% nbgrader={"locked": true, "grade_id": "distinct_saved_bytes"}
@@ -471,8 +460,7 @@ for d in DEPTHS:
 # `pack` may return **anything**, as long as `unpack` turns it back into a tensor. Storing the
 # saved tensors in half precision halves what they take, at the price of rounding them:
 # float16 keeps 11 significant bits, about three decimal digits, and the rounding passes into
-# the gradients, by the amount the cell prints. Mixed-precision training makes the same kind
-# of bargain on purpose.
+# the gradients (the cell prints by how much), the bargain mixed-precision training makes.
 
 
 # %%
@@ -497,21 +485,19 @@ change = ((rounded - exact).norm() / exact.norm()).item()
 print(f"saved in float16: the middle weight's gradient changes by {change:.1e} (relative)")
 
 # %% [markdown]
-# The other classic `pack` moves saved tensors **to the CPU** and `unpack` brings them back to
-# the GPU: PyTorch ships it as `torch.autograd.graph.save_on_cpu()`. It frees GPU memory at the
-# cost of copies. For a tensor that is on the CPU already it saves nothing at all: `t.cpu()`
-# returns `t` itself, and so `save_on_cpu`'s pack hands back the very tensor it was given
-# (the next cell prints it).
+# The other classic `pack`, `torch.autograd.graph.save_on_cpu()`, moves saved tensors **to the
+# CPU** and `unpack` brings them back to the GPU, freeing GPU memory at the cost of copies.
+# For a tensor that is on the CPU already it saves nothing at all: `t.cpu()` returns `t`
+# itself, and so `save_on_cpu`'s pack hands back the very tensor it was given (printed below).
 #
 # ### A trap: saved-tensor hooks switch off lab 4's check
 #
 # Lab 4's error, *a variable needed for gradient computation has been modified by an inplace
 # operation*, comes from a version counter: a saved tensor remembers its version, and backward
 # compares. But a tensor saved **while a saved-tensor hook is active** is not checked at all:
-# autograd leaves it to `pack` to store something safe, and uses whatever `unpack` returns as
-# it is. A `pack` that returns `t` itself, like every `pack` of this section so far, makes
-# nothing safe: an in-place change then goes into the gradient in silence. `e = a.exp()` saves
-# its output; `e.add_(1)` changes it; the gradient of `e.sum()` should be $e^a$:
+# autograd leaves it to `pack` to store something safe. A `pack` that returns `t` itself, like
+# every `pack` so far, makes nothing safe: an in-place change goes into the gradient silently.
+# Below, `e = a.exp()` saves its output, `e.add_(1)` changes it; the gradient should be $e^a$:
 
 
 # %%
@@ -542,10 +528,9 @@ print("pack returns a copy, t.clone(): ", exp_then_add_one(copy))
 
 # %% [markdown]
 # With `pack` returning `t` itself, or with `save_on_cpu` on a CPU tensor, the gradient comes
-# out as $e + 1$ instead of $e$, and nothing warns. The passes of this section changed nothing
-# in place, so their gradients are right; but keep the rule in mind whenever hooks are on:
-# either `pack` stores a copy (then an in-place change cannot reach it, and the last line is
-# right), or nothing may change a saved tensor in place.
+# out as $e + 1$ instead of $e$, and nothing warns. So whenever hooks are on, either `pack`
+# stores a copy (then an in-place change cannot reach it, and the last line is right), or
+# nothing may change a saved tensor in place.
 #
 # ## 3. Your own backward: `torch.autograd.Function`
 #
@@ -732,23 +717,15 @@ observe(
 
 # %% [markdown]
 # One more check on the same exercise: is what backward needs kept through
-# `ctx.save_for_backward`? The check packs each saved tensor as a **copy** (a pack hook of
-# section 2), then changes `x` in place before backward. A tensor saved through
-# `save_for_backward` was copied, so backward still sees the old values; a tensor kept as
-# `ctx.x` is the changed one, and the gradient comes out wrong, without any error. (Under the
-# hook the version check is off, as section 2's trap showed; here that is what the check
-# wants: the copy is safe from the change, and an answer that saved `x` or `y` is not
-# stopped by an error meant for the original.)
+# `ctx.save_for_backward`? The check packs each saved tensor as a **copy**, then changes `x`
+# in place before backward (under the hook, section 2's trap: no version error). A copy still
+# holds the old values; a tensor kept as `ctx.x` is the changed one, and the gradient is wrong.
 
 # %% nbgrader={"grade": true, "points": 1, "grade_id": "test_softplus_saves"}
 _base = torch.tensor([-2.0, -0.5, 0.0, 1.5, 3.0], dtype=torch.float64, requires_grad=True)
 _x = _base * 1.0  # not a leaf, so it may be changed in place
 _packed = []
-# pack stores a copy. While a hook is active autograd skips the version check (section 2's
-# trap), so the in-place change below raises nothing; it cannot reach the copy either, and a
-# tensor saved through save_for_backward gives the gradient of the old x. Only one kept
-# outside the hooks (ctx.x) sees the change.
-with torch.autograd.graph.saved_tensors_hooks(
+with torch.autograd.graph.saved_tensors_hooks(  # pack stores a copy
     lambda t: _packed.append(1) or t.clone(), lambda t: t
 ):
     _y = StableSoftplus.apply(_x)
@@ -847,18 +824,16 @@ except RuntimeError as error:
 #
 # ### Exercise 4 (2 points): a forward pass in checkpointed segments
 #
-# Write `segmented_forward(model, x, depth, segments)` that computes exactly what
-# `model(x, depth=depth)` computes (a `DynamicNet`: input layer on `x.flatten(1)` and ReLU,
-# `depth` uses of the middle layer each with its ReLU, output layer, `log_softmax`), but runs
-# the `depth` uses in `segments` consecutive groups, each group in **one**
-# `checkpoint(run, h, ..., use_reentrant=False)` call, where `run` applies the group's uses to
-# the `h` it is given. Make the groups as equal as possible, for instance group `i` covering
-# uses `i * depth // segments` up to `(i + 1) * depth // segments`. `1 <= segments <= depth`;
-# for `depth = 0` there is nothing to checkpoint. The input and output layers stay outside.
-# Pass `h` to `checkpoint` as an argument: the recomputation in backward calls `run` again,
-# and must get the `h` of its own segment. (`torch.utils.checkpoint.checkpoint_sequential`
-# does something similar for an `nn.Sequential`, but runs its last segment without a
-# checkpoint.)
+# Write `segmented_forward(model, x, depth, segments)`: exactly `model(x, depth=depth)` (input
+# layer on `x.flatten(1)` and ReLU, `depth` uses of the middle layer each with its ReLU, output
+# layer, `log_softmax`), but with the `depth` uses in `segments` consecutive groups as equal as
+# possible (group `i`: uses `i * depth // segments` up to `(i + 1) * depth // segments`), each
+# in **one** `checkpoint(run, h, ..., use_reentrant=False)` call, `run` applying the group's
+# uses to the `h` it is given; the input and output layers stay outside. For `depth = 0` there
+# is nothing to checkpoint; otherwise `1 <= segments <= depth`.
+# Pass `h` as an argument: backward's recomputation calls `run` again, and must get its own
+# segment's `h`. (`torch.utils.checkpoint.checkpoint_sequential` does something similar for an
+# `nn.Sequential`, but runs its last segment without a checkpoint.)
 
 
 # %% nbgrader={"solution": true, "grade_id": "segmented_forward"}
@@ -927,22 +902,6 @@ check(
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
-
-def _kept_storage(fn, args, leave_out):
-    _apart = {t.untyped_storage().data_ptr() for t in leave_out}
-    _blocks = {}
-
-    def _pack(t):
-        _s = t.untyped_storage()
-        if _s.data_ptr() not in _apart:
-            _blocks[_s.data_ptr()] = _s.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(_pack, lambda t: t):
-        _out = fn(*args)
-    return _out, sum(_blocks.values())
-
-
 _gen = torch.Generator().manual_seed(93)
 for _depth, _segments, _batch, _hidden in (
     (0, 1, 5, 16),
@@ -957,8 +916,8 @@ for _depth, _segments, _batch, _hidden in (
     _handle = _net.middle_linear.register_forward_hook(
         lambda m, i, o, _calls=_calls: _calls.append(1)
     )
-    _out, _kept = _kept_storage(
-        segmented_forward, (_net, _x, _depth, _segments), list(_net.parameters())
+    _out, _kept = distinct_saved_bytes(
+        segmented_forward, _net, _x, _depth, _segments, leave_out=list(_net.parameters())
     )
     _forward_calls = len(_calls)
     F.nll_loss(_out, _y).backward()
@@ -981,17 +940,13 @@ for _depth, _segments, _batch, _hidden in (
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# Now the trade, on the big `DynamicNet` of section 2 at the largest depth of its table, for
-# every segment count from 1 to that depth, and the plain pass. The cell measures, with
-# `distinct_saved_bytes`:
-#
-# * **kept**: the storage the forward pass leaves for backward;
-# * **one segment**: what the largest segment saves when run without a checkpoint, which is
-#   what its recomputation holds while its backward runs. Backward recomputes one segment at
-#   a time, the last first, so the most saved storage alive at once is about kept + one
-#   segment (the **high-water mark**);
-# * **reruns**: calls of the middle layer during backward, and the median time of one forward
-#   and backward pass (read its shape, not its digits).
+# Now the trade, on section 2's big `DynamicNet` at the largest depth of its table, for every
+# segment count and the plain pass, measured with `distinct_saved_bytes`: **kept**, the storage
+# the forward pass leaves for backward; **one segment**, what the largest segment saves without
+# a checkpoint, which its recomputation holds while its backward runs. Backward recomputes one
+# segment at a time, the last first, so the most saved storage alive at once is about kept +
+# one segment (the **high-water mark**). **reruns** counts calls of the middle layer during
+# backward; the last column is the median time of a pass (read its shape, not its digits).
 
 # %%
 DEPTH = max(DEPTHS)
@@ -1065,10 +1020,9 @@ plt.show()
 # changes is memory. The forward keeps one activation per segment (its input) and the last
 # segment's output, and the backward holds one segment's activations on top while it
 # recomputes it: with $k$ segments of a depth $n$, about $k + n/k$ activations, smallest near
-# $k = \sqrt{n}$. That is the square-root rule of checkpointing, and the line under the table
-# says where your measurement puts the minimum. One checkpoint per use ($k = n$) keeps what
-# the plain pass keeps and pays the second forward for nothing. With a depth drawn at random,
-# each pass pays for the depth it drew, in both columns.
+# $k = \sqrt{n}$: the square-root rule of checkpointing (the line under the table gives your
+# minimum). One checkpoint per use ($k = n$) keeps what the plain pass keeps and pays the
+# second forward for nothing.
 #
 # ## 5. Which forward line broke the backward pass?
 #
@@ -1125,16 +1079,12 @@ for w in caught:
 #
 # Write `find_culprit(fn, x)` that runs `fn(x).backward()` under
 # `torch.autograd.detect_anomaly()`, catching the warnings (`record=True`, with
-# `warnings.simplefilter("always")` so none is swallowed) and a `RuntimeError` from backward.
-#
-# * If backward raised, find the warning whose text starts with `"Error detected in"` and return
-#   the tuple `(node, line)`: `node` is the name of the backward node, the word after
-#   `"Error detected in "` without the full stop (`"TanhBackward0"` above), and `line` is the
-#   source line of the **innermost** frame of the forward traceback, stripped of surrounding
-#   spaces (`"t = torch.tanh(x)"` above). In the warning's text that is the last line of code,
-#   before the line that starts with `"(Triggered internally"` (some builds of PyTorch leave
-#   that line out; and should a line of `^` or `~` markers follow the code, it is not code).
-# * If backward ran without error, return `None`.
+# `warnings.simplefilter("always")`) and a `RuntimeError` from backward. If backward raised,
+# return `(node, line)` from the warning that starts with `"Error detected in"`: `node`, the
+# word after `"Error detected in "` without the full stop (`"TanhBackward0"` above); `line`,
+# the source line of the **innermost** frame, stripped of spaces (`"t = torch.tanh(x)"`): the
+# last line of code before the one that starts with `"(Triggered internally"` (some builds
+# leave that out; a line of `^` or `~` markers is not code). If backward ran, return `None`.
 
 
 # %% nbgrader={"solution": true, "grade_id": "find_culprit"}
@@ -1189,12 +1139,8 @@ check(
 )
 
 
-def _fine(x):
-    return (x.exp() * 3).sum()
-
-
 check(
-    find_culprit(_fine, torch.randn(3, requires_grad=True)) is None,
+    find_culprit(lambda t: (t.exp() * 3).sum(), torch.randn(3, requires_grad=True)) is None,
     "backward of a correct function raises nothing: find_culprit should return None.",
 )
 ### BEGIN HIDDEN TESTS
@@ -1238,18 +1184,14 @@ observe(
 # %% [markdown]
 # ## What you have seen
 #
-# * A hook on a tensor sees the gradient with respect to it, once complete: on a shared leaf,
-#   the sum over its uses; on a per-use view, that use's share. Module hooks fire once per
-#   call, give per-sample gradients from one backward pass, and stay until removed.
-# * `saved_tensors_hooks` shows what a graph keeps for backward (Python numbers stay out of
-#   it); a dynamic graph keeps memory in proportion to the path its forward pass took. A
-#   tensor saved while such a hook is active skips lab 4's version check.
-# * A custom `autograd.Function`: `forward`, `setup_context` saving through
-#   `ctx.save_for_backward`, and a `backward` that returns a vector-Jacobian product per input;
-#   `gradcheck` and `gradgradcheck` in float64 test it.
-# * In a chain of layers, checkpointing each layer on its own saves nothing; about the square
-#   root of the depth in segments saves the most, for one extra forward pass.
+# * A tensor hook sees the complete gradient: on a shared leaf the sum over its uses, on a
+#   per-use view that use's share. Module hooks fire once per call and stay until removed.
+# * `saved_tensors_hooks` show what a graph keeps for backward: memory in proportion to the
+#   path the forward pass took. A tensor saved under such a hook skips lab 4's version check.
+# * A custom `autograd.Function`: `forward`, `setup_context` with `ctx.save_for_backward`, a
+#   `backward` that returns a vector-Jacobian product per input; `gradcheck` tests it.
+# * Checkpointing each layer alone saves nothing; about the square root of the depth in
+#   segments saves the most, for one extra forward pass.
 # * `detect_anomaly()` turns a backward error into a forward line, through a warning.
 #
-# Lab 10 goes on with forward-mode differentiation and `torch.func`: gradients as functions,
-# per-sample gradients with `vmap`, and Hessian-vector products.
+# Lab 10: forward mode and `torch.func` (gradients as functions, `vmap`, Hessian products).

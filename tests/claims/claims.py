@@ -64,21 +64,39 @@ def claim(lab: str, sentence: str):
     return decorate
 
 
-def lab_class(lab: str, name: str):
-    """The class `name` as `lab`'s text source defines it (with the lab's classes it derives
-    from), so that a claims test runs the lab's own code, not a copy that may drift."""
+def _lab_definitions(lab: str, name: str, names: dict):
+    """Run the top-level class or function `name` of `lab`'s text source (with the lab's classes
+    it derives from) in a namespace of torch, nn, F, random, math and `names`; return it."""
     import torch
     import torch.nn.functional as F
     from torch import nn
 
     tree = ast.parse((SOLUTIONS / lab / f"{lab}.py").read_text(encoding="utf-8"))
-    found = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    kinds = (ast.ClassDef, ast.FunctionDef)
+    found = {node.name: node for node in tree.body if isinstance(node, kinds)}
+    if name not in found:
+        raise LookupError(f"{lab} defines no top-level class or function {name!r}")
     wanted, order = [name], []
     while wanted:
         node = found[wanted.pop()]
         order.insert(0, node)
-        wanted += [b.id for b in node.bases if isinstance(b, ast.Name) and b.id in found]
-    namespace = {"torch": torch, "nn": nn, "F": F, "random": random, "math": math}
+        if isinstance(node, ast.ClassDef):
+            wanted += [b.id for b in node.bases if isinstance(b, ast.Name) and b.id in found]
+    namespace = {"torch": torch, "nn": nn, "F": F, "random": random, "math": math, **names}
     source = str(SOLUTIONS / lab / f"{lab}.py")  # so tracebacks and compilers quote its lines
     exec(compile(ast.Module(body=order, type_ignores=[]), source, "exec"), namespace)
     return namespace[name]
+
+
+def lab_class(lab: str, name: str, **names):
+    """The class `name` as `lab`'s text source defines it (with the lab's classes it derives
+    from), so that a claims test runs the lab's own code, not a copy that may drift. `names`:
+    what else the class reads besides torch, nn, F, random and math."""
+    return _lab_definitions(lab, name, names)
+
+
+def lab_function(lab: str, name: str, **names):
+    """The top-level function `name` as `lab`'s text source defines it (a solution included),
+    for the same reason as lab_class. `names`: what else it reads besides torch, nn, F, random
+    and math, say `checkpoint=checkpoint`."""
+    return _lab_definitions(lab, name, names)

@@ -24,17 +24,19 @@ pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated
 DynamicNet = lab_class(LAB, "DynamicNet")
 
 
-def softsign_function(*, save_backward=True, save_forward=True, jvp=True, vmap_rule=True):
-    """A softsign Function in setup_context style, with the pieces asked for."""
+Softsign = lab_class(LAB, "Softsign")  # the lab's own, its solution included
 
-    class Softsign(torch.autograd.Function):
+
+def softsign_function(*, save_backward=True, save_forward=True, jvp=True, vmap_rule=True):
+    """The lab's Softsign, or a subclass of it without the pieces asked away."""
+    if save_backward and save_forward and jvp and vmap_rule:
+        return Softsign
+
+    class Variant(Softsign):
         generate_vmap_rule = vmap_rule
 
-        @staticmethod
-        def forward(x):
-            return x / (1 + x.abs())
+    if not (save_backward and save_forward):
 
-        @staticmethod
         def setup_context(ctx, inputs, output):
             (x,) = inputs
             if save_backward:
@@ -42,19 +44,10 @@ def softsign_function(*, save_backward=True, save_forward=True, jvp=True, vmap_r
             if save_forward:
                 ctx.save_for_forward(x)
 
-        @staticmethod
-        def backward(ctx, grad_output):
-            (x,) = ctx.saved_tensors
-            return grad_output / (1 + x.abs()) ** 2
-
-    if jvp:
-
-        def _jvp(ctx, x_tangent):
-            (x,) = ctx.saved_tensors
-            return x_tangent / (1 + x.abs()) ** 2
-
-        Softsign.jvp = staticmethod(_jvp)
-    return Softsign
+        Variant.setup_context = staticmethod(setup_context)
+    if not jvp:
+        Variant.jvp = staticmethod(torch.autograd.Function.jvp)  # the inherited one, which raises
+    return Variant
 
 
 class DoubleOldStyle(torch.autograd.Function):
