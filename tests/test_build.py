@@ -226,3 +226,33 @@ def test_a_broken_demo_class_is_named(tmp_path, monkeypatch, toml, complaint):
     with pytest.raises(SourceError, match=complaint) as error:
         demo.declared_class("lab99")
     assert str(tmp_path / "lab99" / "demo.toml") in str(error.value)
+
+
+def shared_setup_names() -> set[str]:
+    """What solutions/common/setup_cell.py defines at its top level: every lab has these."""
+    tree = ast.parse((REPO / "solutions" / "common" / "setup_cell.py").read_text())
+    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_a_lab_uses_the_shared_helpers_and_does_not_redefine_them(lab):
+    """attempt, defined, check, GRADING, draw...: once, in the setup cell, not again per lab
+    (their copies drifted: messages cut at different lengths, GRADING with two meanings)."""
+    shared = shared_setup_names() - {"IN_COLAB"}
+    assert {"attempt", "defined", "check", "GRADING"} <= shared
+    path = REPO / "solutions" / lab / f"{lab}.py"
+    redefined = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in shared:
+            redefined.append(f"line {node.lineno}: {node.name}")
+        if isinstance(node, ast.Assign):
+            redefined += [
+                f"line {node.lineno}: {t.id} ="
+                for t in node.targets
+                if getattr(t, "id", None) in shared
+            ]
+    assert not redefined, f"{path.name} redefines the setup cell's {', '.join(redefined)}"
