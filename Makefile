@@ -39,7 +39,7 @@ sandbox:
 	      || { apt-get update -qq >/dev/null && apt-get install -y -qq bubblewrap >/dev/null; }; \
 	  else echo "grading needs bubblewrap: run 'sudo apt-get install bubblewrap'"; exit 1; fi; }
 
-# tests/test_browser.py drives Debian's chromium (headless); without it that test is skipped.
+# tests/clients/test_browser.py drives Debian's chromium (headless); without it that test is skipped.
 browser:
 	@command -v chromium >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
