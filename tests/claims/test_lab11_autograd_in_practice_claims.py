@@ -817,3 +817,52 @@ def test_graph_break_splits_the_joint_graph():
 
     seen = aot_graphs(broken, torch.randn(3, 4), torch.randn(4, 2, requires_grad=True))
     assert len(seen) == 2
+
+
+# ---------------------------------------------------------------- a few more sentences
+
+
+@claim(LAB, "One NaN in one gradient, and after the optimizer step every weight it touches is NaN.")
+def test_one_nan_gradient_poisons_the_step():
+    net = nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    net(torch.tensor([[math.nan, 1.0, 1.0]])).sum().backward()
+    optimizer.step()
+    assert net.weight[0, 0].isnan() and not net.weight[0, 1:].isnan().any()
+
+
+@claim(LAB, "Training in 16-bit floats halves the memory of activations")
+def test_sixteen_bits_halve_the_memory():
+    for dtype in (torch.float16, torch.bfloat16):
+        assert torch.empty(10, dtype=dtype).nbytes * 2 == torch.empty(10).nbytes
+
+
+@claim(LAB, "That works for `backward()`, but")
+def test_the_function_works_in_eager_mode():
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(SoftplusFunction.apply(x).sum(), x)
+    assert torch.allclose(g, torch.sigmoid(x.detach()))
+
+
+@claim(
+    LAB,
+    "The compiler does not record a tape while the compiled code runs.",
+)
+def test_compiled_code_records_no_tape():
+    w = torch.randn(4, 2, requires_grad=True)
+    torch.compiler.reset()
+    out = torch.compile(tanh_layer, backend="aot_eager")(torch.randn(3, 4), w)
+    assert type(out.grad_fn).__name__ == "CompiledFunctionBackward"
+    assert [type(n).__name__ for n, _ in out.grad_fn.next_functions if n is not None] == [
+        "AccumulateGrad"
+    ]
+
+
+@claim(LAB, "`backward()` on the compiled output runs the backward graph as one node.")
+def test_compiled_backward_is_one_node():
+    w = torch.randn(4, 2, requires_grad=True)
+    x = torch.randn(3, 4)
+    torch.compiler.reset()
+    out = torch.compile(tanh_layer, backend="aot_eager")(x, w)
+    out.backward()
+    assert torch.allclose(w.grad, x.T @ (1 - torch.tanh(x @ w) ** 2))
