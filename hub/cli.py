@@ -9,6 +9,7 @@ crash (the accounts are found by their prefix and mark).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -54,8 +55,9 @@ def read_state() -> dict:
         return {}
 
 
-def set_up(students: int, port: int, ip: str, labs: list[str], say=print) -> dict:
+def set_up(students: int, port: int, ip: str, labs: list[str], say=None) -> dict:
     """Everything but JupyterHub itself; the state JupyterHub's config reads."""
+    say = say or functools.partial(print, flush=True)
     if os.geteuid() != 0:
         raise SystemExit(
             "make hub: run as root (it creates Unix accounts and starts their servers)"
