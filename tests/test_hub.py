@@ -34,7 +34,7 @@ import socket
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import nbformat
@@ -249,6 +249,8 @@ def read_feedback(page, hub: dict, name: str, step: str) -> tuple[float, str]:
     page.goto(f"{hub['base']}user/{name}/files/{LAB}/feedback/{folder.name}/{LAB}.html")
     text = page.locator("body").inner_text()
     shot(page, f"{step}c-{name}-reads-feedback")
+    page.get_by_text("Passed.", exact=True).first.scroll_into_view_if_needed()
+    shot(page, f"{step}d-{name}-reads-the-judge")  # a check's sentence, under its code
     score = re.search(r"Score:\s*([\d.]+)\s*/\s*([\d.]+)", text)
     assert score, text[:1000]
     return float(score.group(1)), text
@@ -284,9 +286,13 @@ def test_a_term_on_the_hub_in_a_browser(hub, tmp_path):
             _, first = log_in(browser, hub, one)
             hand_in(first, hub, one, work[one], "04")
             # the due date: now (after student 1's hand-in, before student 2's)
-            due = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-            nbgrader(hub, instructor, "db", "assignment", "add", LAB, f"--duedate={due}")
-            time.sleep(1)
+            # (a whole second, after student 1's timestamp: nbgrader's dates are in seconds)
+            due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
+            nbgrader(
+                hub, instructor, "db", "assignment", "add", LAB,
+                f"--duedate={due:%Y-%m-%d %H:%M:%S} UTC",
+            )  # fmt: skip
+            time.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()) + 1)
             _, second = log_in(browser, hub, two)
             hand_in(second, hub, two, work[two], "05")
 
