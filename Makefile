@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # have it beside the repository; users do not, and get the offline sample instead).
 export COURSE_MNIST_MIRROR ?= $(wildcard $(abspath ../shared/data))
 
-.PHONY: help install sandbox browser build data demo autograde report test test-fast format lab clean
+.PHONY: help install sandbox browser build data demo autograde report test test-fast format lab hub hub-stop clean
 
 help:
 	@echo "make demo       set up .venv, build the labs, grade the demo class, print the grades"
@@ -19,6 +19,8 @@ help:
 	@echo "make autograde  grade everything under submitted/ -> gradebook, feedback/, grades.csv"
 	@echo "make report     the class report (report/index.html) and grades-wide.csv for the LMS"
 	@echo "make lab        open JupyterLab on labs/"
+	@echo "make hub        the course on a JupyterHub here: accounts, exchange, course (docs/hub.md)"
+	@echo "make hub-stop   stop the hub and remove its accounts and files (Ctrl-C does too)"
 
 # The virtual environment is (re)made when pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -88,6 +90,15 @@ format: install
 
 lab: install
 	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) labs/
+
+# The course on a real JupyterHub on this machine, as root (hub/, docs/hub.md): an instructor
+# and HUB_STUDENTS Unix accounts, nbgrader's exchange, the labs in HUB_LABS built as the
+# instructor; prints the address and the accounts. Ctrl-C or `make hub-stop` removes it all.
+hub: install sandbox
+	$(PY) -m hub start
+
+hub-stop:
+	$(PY) -m hub stop
 
 clean:
 	rm -rf build autograded feedback gradebook.db grades.csv grades-wide.csv grading-log.jsonl timings.csv report .pytest_cache

@@ -1,0 +1,35 @@
+"""`make hub`: the course on a real JupyterHub on this machine (docs/hub.md).
+
+One concern per module: `accounts` (the Unix users), `runtime` (a Python every account can
+run, and the proxy), `exchange` (nbgrader's exchange folder, and the two exchange steps
+tightened so that a student reads nothing of another's), `course` (the instructor's course
+and each account's Jupyter configuration), `cli` (start, stop: `python -m hub`), and
+`jupyterhub_config.py` (JupyterHub's configuration, read from the state `cli` writes).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+# Everything the hub makes outside the accounts' homes lives here; `make hub-stop` removes it.
+STATE = Path(os.environ.get("COURSE_HUB_STATE", "/srv/dgl-hub"))
+PREFIX = "dgl-"  # every Unix account and group the hub creates starts with this
+MARK = "dynamic-graphs course hub account"  # their GECOS field: how hub-stop knows them
+INSTRUCTOR = f"{PREFIX}instructor"
+
+
+def student_names(count: int) -> list[str]:
+    return [f"{PREFIX}student{i}" for i in range(1, count + 1)]
+
+
+def course_id(config: Path = REPO / "nbgrader_config.py") -> str:
+    """The course id that nbgrader_config.py sets (the exchange's folder is named after it)."""
+    found = re.search(
+        r"^c\.CourseDirectory\.course_id\s*=\s*[\"']([^\"']+)", config.read_text(), re.M
+    )
+    if not found:
+        raise SystemExit(f"{config} sets no c.CourseDirectory.course_id: the hub needs one")
+    return found.group(1)

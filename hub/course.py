@@ -1,0 +1,115 @@
+"""The instructor's course and every account's Jupyter configuration.
+
+The instructor gets a copy of this repository's course (nbgrader_config.py, course.toml,
+graders/, solutions/, labs/) in ~/course, built there *as the instructor* (nbgrader's source
+notebooks, the gradebook, the grader's reference records): the files and the gradebook are
+the instructor's, mode 0700 at the home, and nothing of them is in the exchange. Each
+account's ~/.jupyter says where the exchange is and which course it takes; the students'
+JupyterLab has no formgrader and no "create assignment" toolbar.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+from pathlib import Path
+
+from hub import REPO
+from hub.accounts import as_user
+
+COPIED = ["nbgrader_config.py", "course.toml", "graders", "solutions", "labs", "data"]
+SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc", "cache", "MNIST", ".ipynb_checkpoints")
+BUILD = (
+    "import sys\n"
+    "from pathlib import Path\n"
+    "from graders.build import build\n"
+    "from graders.build_reference import prepare_references\n"
+    "root, labs = Path.cwd(), sys.argv[1:]\n"
+    "build(root=root, labs=labs)\n"
+    "prepare_references(root, labs)\n"
+)
+
+
+def home(name: str) -> Path:
+    return Path(pwd.getpwnam(name).pw_dir)
+
+
+def _write(owner: str, path: Path, text: str) -> None:
+    """Write a file in `owner`'s home, every folder on the way theirs."""
+    entry = pwd.getpwnam(owner)
+    base = home(owner)
+    for folder in reversed(path.relative_to(base).parents):
+        target = base / folder
+        target.mkdir(exist_ok=True)
+        os.chown(target, entry.pw_uid, entry.pw_gid)
+    path.write_text(text)
+    os.chown(path, entry.pw_uid, entry.pw_gid)
+
+
+def install_course(instructor: str, python: Path, labs: list[str]) -> Path:
+    """Copy the course into the instructor's home and build `labs` there as the instructor."""
+    entry = pwd.getpwnam(instructor)
+    root = home(instructor) / "course"
+    root.mkdir()
+    for name in COPIED:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, root / name, ignore=SKIPPED)
+        elif source.exists():
+            shutil.copy2(source, root / name)
+    for folder, dirs, files in os.walk(root):
+        for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
+            os.chown(name, entry.pw_uid, entry.pw_gid)
+    bindir = str(python.parent)
+    result = as_user(
+        instructor,
+        [str(python), "-c", BUILD, *labs],
+        cwd=root,
+        path=f"{bindir}:/usr/local/bin:/usr/bin:/bin",
+        env={"PYTHONPATH": str(root)},
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"building the course as {instructor} failed:\n{result.stderr[-3000:]}")
+    return root
+
+
+def nbgrader_config(course_id: str, exchange: Path, root: Path | None = None) -> str:
+    lines = [
+        "# Written by `make hub` (hub/course.py): the course and the exchange on this hub.",
+        "import sys",
+        "",
+        f"sys.path.append({str(REPO)!r})  # hub.exchange",
+        "c = get_config()  # noqa: F821",
+        f"c.CourseDirectory.course_id = {course_id!r}",
+        f"c.Exchange.root = {str(exchange)!r}",
+        'c.ExchangeFactory.submit = "hub.exchange.PrivateSubmit"',
+        'c.ExchangeFactory.release_feedback = "hub.exchange.PrivateReleaseFeedback"',
+    ]
+    if root is not None:  # the instructor: nbgrader reads the course's own config from there
+        lines.append(f"c.CourseDirectory.root = {str(root)!r}")
+    return "\n".join(lines) + "\n"
+
+
+def configure_account(name: str, course_id: str, exchange: Path, root: Path | None) -> None:
+    """~/.jupyter of one account: nbgrader's course and exchange, JupyterLab's settings; for a
+    student (root None), no formgrader and no assignment-creation tools."""
+    jupyter = home(name) / ".jupyter"
+    _write(name, jupyter / "nbgrader_config.py", nbgrader_config(course_id, exchange, root))
+    settings = jupyter / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+    _write(name, settings / "notification.jupyterlab-settings", '{"fetchNews": "false"}\n')
+    if root is None:
+        disabled = {
+            "@jupyter/nbgrader:formgrader": True,
+            "@jupyter/nbgrader:create-assignment": True,
+        }
+        _write(
+            name,
+            jupyter / "labconfig" / "page_config.json",
+            json.dumps({"disabledExtensions": disabled}),
+        )
+        server = {
+            "ServerApp": {"jpserver_extensions": {"nbgrader.server_extensions.formgrader": False}}
+        }
+        _write(name, jupyter / "jupyter_server_config.json", json.dumps(server))
