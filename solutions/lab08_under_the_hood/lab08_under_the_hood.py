@@ -158,10 +158,7 @@ def make_result(data, parents, backward_fn, op):
     """The result of an operation; records parents and closure when a graph is needed."""
     out = Tensor(data)
     if _RECORDING[0] and any(p.requires_grad for p in parents):
-        out.requires_grad = True
-        out._parents = tuple(parents)
-        out._backward = backward_fn
-        out._op = op
+        out.requires_grad, out._parents, out._backward, out._op = True, parents, backward_fn, op
     return out
 
 
@@ -192,8 +189,8 @@ print(unbroadcast(np.ones((5, 3)), (3,)), "<- a (3,) bias used by 5 rows gets 5 
 # `make_result` its parents and a closure `backward(grad)`, whose body is yours. `grad` is
 # $\partial L/\partial\,\text{out}$, with the shape of the output; return
 # $\partial L/\partial$ (each parent), in the order of the parents, each with the shape of
-# that parent. The closure can read anything the forward pass computed: PyTorch's *saved
-# tensors*. The checks call it, `out._backward(grad)`, and compare with `torch.autograd.grad`.
+# that parent. The closure can read anything the forward pass computed (PyTorch's *saved
+# tensors*). The checks call `out._backward(grad)` and compare with `torch.autograd.grad`.
 #
 # ### Exercise 1 (2 points): `add`, `mul` and `power`
 #
@@ -430,32 +427,13 @@ observe(
 
 
 # %% [markdown]
-# Forward passes work already (they did before the exercises too): build lab 1's recurrent
-# cell with your tensors and look at what was recorded. There is no graph object anywhere,
-# only these links, made as the lines ran.
-
-# %%
-rng = np.random.default_rng(0)
-Wh, Wx = Tensor(rng.normal(size=(3, 3)), True), Tensor(rng.normal(size=(3, 2)), True)
-x, h = Tensor(rng.normal(size=(2, 1))), Tensor(rng.normal(size=(3, 1)))
-i2h = Wx @ x
-next_h = (i2h + Wh @ h).tanh()
-for name, t in [("next_h", next_h), ("i2h", i2h), ("Wx", Wx), ("x", x)]:
-    parents = [p._op or ("leaf, requires_grad" if p.requires_grad else "leaf") for p in t._parents]
-    print(f"{name:>6}: op={t._op!s:6} requires_grad={t.requires_grad!s:5} parents={parents}")
-with no_grad():
-    frozen = (Wx @ x).tanh()
-print("under no_grad():", frozen._op, frozen.requires_grad, "(a value, no graph)")
-
-# %% [markdown]
 # ## 3. In which order to walk backwards
 #
 # `backward()` must call each node's closure once, and only when the node's gradient is
 # **complete**: after every node that *consumed* it has passed its share back. A
 # *topological order* (each node after all its parents), walked in reverse, does it: a
 # depth-first search that appends a node **after** visiting its parents (post-order).
-# Appending it *before* works on a chain, but not on a diamond, where one tensor feeds two
-# operations.
+# Appending it *before* works on a chain, not on a diamond (one tensor feeding two).
 #
 # ### Exercise 3 (2 points): `topo_order(root)`
 #
@@ -491,9 +469,7 @@ def _node(*parents):
 def _in_order(order, *pairs):
     """Each (parent, child) pair listed, the parent first."""
     _pos = {id(_n): _i for _i, _n in enumerate(order)}
-    return all(
-        id(_p) in _pos and id(_c) in _pos and _pos[id(_p)] < _pos[id(_c)] for _p, _c in pairs
-    )
+    return all(_pos.get(id(_p), np.inf) < _pos.get(id(_c), -1) for _p, _c in pairs)
 
 
 _leaf = Tensor(1.0, requires_grad=True)
@@ -541,9 +517,8 @@ _listed, _before = [], []  # a topological order is not unique: what it lists, a
 for _pool in _graphs:
     for _label, _t in enumerate(_pool):  # label each tensor: the records name no ids
         _t.data = np.array(float(_label))
-    _order, _first = topo_order(_pool[-1]), {}
-    for _i, _t in enumerate(_order):
-        _first.setdefault(int(_t.data), _i)
+    _order = topo_order(_pool[-1])  # _first: where each tensor is first listed
+    _first = {int(_t.data): _i for _i, _t in reversed(list(enumerate(_order)))}
     _listed.append(sorted(int(_t.data) for _t in _order))  # with repeats
     _before.append(  # for each listed tensor, its parents listed before it
         [
@@ -573,15 +548,16 @@ observe(
 #    `None`): like PyTorch, two backward passes accumulate.
 # 4. Unless `retain_graph=True`, set the `_backward` of every non-leaf node you walked to
 #    `graph_freed` (engine cell), which raises the same error PyTorch raises when you go
-#    backwards twice.
-#
-# Gradients of intermediate tensors stay in your dict and are dropped, as in PyTorch
-# (where `retain_grad()` would keep them).
+#    backwards twice. Gradients of intermediate tensors stay in your dict and are dropped,
+#    as in PyTorch (where `retain_grad()` would keep them).
 #
 # ### Exercise 4 (4 points): `backward(root, retain_graph=False)`
 #
 # Lab 2's function $f(x, y, z) = (x^2 + y)\,z$ at $(-2, 2, 3)$ should give
 # $(-12, 3, 6)$: the first check (2 points) tries it; the second, accumulation and freeing.
+# These checks, and those of exercise 5, run your code **with stand-ins** for exercises 1 to
+# 3 (operations computed by PyTorch, `topo_order` in the order of creation), so a mistake
+# there costs points only there.
 
 
 # %% nbgrader={"solution": true, "grade_id": "backward"}
@@ -605,11 +581,6 @@ def backward(root, retain_graph=False):
                 node._backward = graph_freed
     ### END SOLUTION
 
-
-# %% [markdown]
-# The checks of exercises 4 and 5 run your code **with stand-ins** for exercises 1 to 3
-# (operations computed by PyTorch, `topo_order` in the order of creation), so a mistake
-# there costs points only there.
 
 # %% nbgrader={"locked": true, "grade_id": "stand_ins"}
 _MADE = itertools.count(1)  # numbers the results the stand-ins make
@@ -680,8 +651,7 @@ def stand_in_ops():
 
 
 def stand_in_gradients(root, leaves):
-    """PyTorch's gradient of a scalar root made by the stand-ins with respect to each leaf
-    (zeros where root does not depend on it), as NumPy arrays."""
+    """PyTorch's gradients of a scalar root made by the stand-ins (zeros where unused)."""
     found = torch.autograd.grad(
         _mirror(root), [_mirror(t) for t in leaves], retain_graph=True, allow_unused=True
     )
@@ -739,10 +709,8 @@ with stand_in_ops():
     _c = Tensor(_rng.normal(size=(2,)))
     backward(_r)  # the root itself a leaf; then a leaf that needs no gradient beside one that does
     backward((_u * _c).sum())
-    _record["r.grad after backward(r); u.grad after backward((u * c).sum())"] = [
-        _plain(_r.grad),
-        _plain(_u.grad),
-    ]
+    _grads = [_plain(_r.grad), _plain(_u.grad)]
+    _record["r.grad after backward(r); u.grad after backward((u * c).sum())"] = _grads
     _record["c.grad is None"] = _c.grad is None
 observe(
     "backward() of lab 1's recurrent cell unrolled 1, 2 and 5 steps, tanh(Wx @ x + Wh @ h), "
@@ -806,14 +774,9 @@ with stand_in_ops():
     backward(_loss, retain_graph=True)
     backward(_loss)
     _record["A.grad after two calls"] = _plain(_A.grad)
-    _stack, _seen, _not_freed = [_loss], set(), 0  # walk the graph here, not with student code
-    while _stack:
-        _t = _stack.pop()
-        if id(_t) not in _seen:
-            _seen.add(id(_t))
-            _not_freed += not (_t.is_leaf or _t._backward is graph_freed)
-            _stack.extend(_t._parents)
-    _record["non-leaf tensors not freed after the second call"] = _not_freed
+    _record["non-leaf tensors not freed after the second call"] = sum(  # the stand-in's walk
+        not (_t.is_leaf or _t._backward is graph_freed) for _t in _in_made_order(_loss)
+    )
 observe(
     "w**3 at a random w, and ((A @ B).tanh() * R).sum() with random A (3, 2): "
     "backward(retain_graph=True), then backward() (then a third call on w**3)",
@@ -852,37 +815,17 @@ def dynamic_net(x, params, depth):
     ### END SOLUTION
 
 
-# %% [markdown]
-# Five "training steps" with the dice throws 2, 0, 3, 1, 3 and the loss
-# $\sum \text{out}^2$, without zeroing in between: the gradients accumulate over five graphs
-# of different shapes, as PyTorch's do (`torch_dynamic_net`). The graph is a by-product of
-# running the forward code; the parameters, the only thing that lives on, collect the
-# gradients.
+# %% nbgrader={"grade": true, "grade_id": "test_dynamic_net", "points": 2}
+_sizes = dict(W_in=(4, 6), b_in=(6,), W_mid=(6, 6), b_mid=(6,), W_out=(6, 3), b_out=(3,))
 
 
-# %%
-def torch_dynamic_net(x, params, depth):
+def _torch_net(x, params, depth):  # dynamic_net in PyTorch
     hidden = torch.relu(x @ params["W_in"] + params["b_in"])
     for _ in range(depth):
         hidden = torch.relu(hidden @ params["W_mid"] + params["b_mid"])
     return hidden @ params["W_out"] + params["b_out"]
 
 
-sizes = dict(W_in=(4, 6), b_in=(6,), W_mid=(6, 6), b_mid=(6,), W_out=(6, 3), b_out=(3,))
-start = {name: rng.normal(size=shape) * 0.5 for name, shape in sizes.items()}
-params = {name: Tensor(value, requires_grad=True) for name, value in start.items()}
-torch_params = {name: torch.tensor(value, requires_grad=True) for name, value in start.items()}
-batch = rng.normal(size=(5, 4))
-for depth in [2, 0, 3, 1, 3]:
-    (dynamic_net(Tensor(batch), params, depth) ** 2).sum().backward()
-    (torch_dynamic_net(torch.tensor(batch), torch_params, depth) ** 2).sum().backward()
-print("our  grad of b_mid:", params["b_mid"].grad)
-print("torch grad of b_mid:", torch_params["b_mid"].grad.numpy())
-gaps = [np.abs(params[n].grad - torch_params[n].grad.numpy()).max() for n in sizes]
-print(f"largest difference over all six gradients: {max(gaps):.1e}")
-
-
-# %% nbgrader={"grade": true, "grade_id": "test_dynamic_net", "points": 2}
 def _replay(depths, start, batch):
     """dynamic_net run on the stand-ins for each depth in turn: its outputs, and the gradients
     of (out**2).sum() added up over the depths, by PyTorch through the stand-ins."""
@@ -899,12 +842,11 @@ def _replay(depths, start, batch):
 
 
 _rng = np.random.default_rng(4)
-_start = {_n: _rng.normal(size=_s) * 0.5 for _n, _s in sizes.items()}
+_start = {_n: _rng.normal(size=_s) * 0.5 for _n, _s in _sizes.items()}
 _batch = _rng.normal(size=(5, 4))
+_params = {_n: Tensor(_v) for _n, _v in _start.items()}
 with stand_in_ops():
-    _o, _error = attempt(
-        dynamic_net, Tensor(_batch), {_n: Tensor(_v) for _n, _v in _start.items()}, 2
-    )
+    _o, _error = attempt(dynamic_net, Tensor(_batch), _params, 2)
 check(_error is None, f"dynamic_net(x, params, 2) on a batch of 5 raised {_error}.")
 check(
     isinstance(_o, Tensor) and _o.shape == (5, 3),
@@ -914,14 +856,14 @@ _result, _error = attempt(_replay, [2, 0, 3], _start, _batch)
 check(_error is None, f"dynamic_net with the dice throws 2, 0, 3 raised {_error}.")
 _outs, _grads = _result
 _ref = {_n: torch.tensor(_v, requires_grad=True) for _n, _v in _start.items()}
-_touts = [torch_dynamic_net(torch.tensor(_batch), _ref, _d) for _d in (2, 0, 3)]
+_touts = [_torch_net(torch.tensor(_batch), _ref, _d) for _d in (2, 0, 3)]
 sum((_o**2).sum() for _o in _touts).backward()
 check(
     all(np.allclose(_a, _b.detach()) for _a, _b in zip(_outs, _touts, strict=True)),
     "dynamic_net's output differs from the formula: relu after the input and every middle layer, "
     "none after the output layer.",
 )
-for _n in sizes:
+for _n in _sizes:
     check(
         _same(_grads[_n], _ref[_n].grad.numpy()),
         f"The gradient of {_n}, added up over the dice throws 2, 0, 3, differs from PyTorch's: "
@@ -935,14 +877,14 @@ _rng = np.random.default_rng(86)
 _cases = [(int(_rng.integers(1, 8)), [int(_d) for _d in _rng.integers(0, 4, size=6)])]
 _cases += [(1, [0]), (3, [6, 0, 1])]  # a batch of one at depth 0; a depth beyond the die's 3
 for _size, _depths in _cases:
-    _start = {_n: _rng.normal(size=_s) * 0.5 for _n, _s in sizes.items()}
+    _start = {_n: _rng.normal(size=_s) * 0.5 for _n, _s in _sizes.items()}
     _outs, _grads = _replay(_depths, _start, _rng.normal(size=(_size, 4)))
     observe(
         f"dynamic_net(x, params, depth) on a random batch of {_size}, depths {_depths}: the "
         "outputs, and the gradients of (out**2).sum() added up over the depths (by PyTorch, "
         "through the stand-ins)",
         {"outputs": [_plain(_o) for _o in _outs]}
-        | {f"{_n}.grad": _plain(_grads[_n]) for _n in sorted(sizes)},
+        | {f"{_n}.grad": _plain(_grads[_n]) for _n in sorted(_sizes)},
         hint="relu after the input layer and after each of the depth middle layers (all with "
         "W_mid and b_mid), none after the output layer; use every parameter as in the formula, "
         "and keep every result in the graph: no .data, no new Tensor(...) around a result.",
@@ -1000,8 +942,7 @@ with torch.no_grad():
     torch.compiler.reset()
     compiled = torch.compile(net, backend="eager")
     print("compiled net(batch)       :", [depth_that_ran(compiled(batch)) for _ in range(12)])
-    draws = random.Random(1)
-    depths = [draws.randint(0, 3) for _ in range(12)]
+    depths = random.Random(1).choices(range(4), k=12)
     torch.compiler.reset()
     compiled = torch.compile(net, backend=keeping_backend(graphs))
     print("compiled net(batch, depth):", [depth_that_ran(compiled(batch, d)) for d in depths])
@@ -1076,8 +1017,7 @@ def branchy_cond(x, w1, w2):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_branchy_cond", "points": 2}
-_x = torch.randn(5, 4)
-_w1, _w2 = torch.randn(4, 2), torch.randn(4, 2)
+_x, _w1, _w2 = torch.randn(5, 4), torch.randn(4, 2), torch.randn(4, 2)
 for _sign in (1.0, -1.0):
     _xs = _sign * _x.abs()
     _got, _error = attempt(branchy_cond, _xs, _w1, _w2)
@@ -1114,19 +1054,14 @@ for _trial in range(2):  # compiled, float64, the sum negative then positive; wi
     _ws = [torch.randn(4, 2, dtype=torch.float64, generator=_gen, requires_grad=True) for _ in "12"]
     _y = _compiled(_x, *_ws)
     _gs = torch.autograd.grad(_y.sum(), _ws, allow_unused=True)  # cond: zeros for the other
-    _record[f"compiled, trial {_trial + 1}"] = [
-        _y,
-        *(torch.zeros_like(_w) if _g is None else _g for _g, _w in zip(_gs, _ws, strict=True)),
-    ]
-_record["graphs compiled, cond operations"] = [
-    len(_noted),
-    sum("cond" in _t for _g in _noted for _t in op_names(_g)),
-]
+    _gs = [torch.zeros_like(_w) if _g is None else _g for _g, _w in zip(_gs, _ws, strict=True)]
+    _record[f"compiled, trial {_trial + 1}"] = [_y, *_gs]
+_conds = sum("cond" in _t for _g in _noted for _t in op_names(_g))
+_record["graphs compiled, cond operations"] = [len(_noted), _conds]
 # eager, at the boundary (x.sum() exactly 0: relu(x @ w2)) and on random x of either sign
 _zero_sum = torch.tensor([[1.0, -2.0, 0.5, 0.5], [3.0, -1.0, -2.0, 0.0]])
-for _trial, _x in enumerate(
-    [_zero_sum, torch.rand(2, 4, generator=_gen), -torch.rand(2, 4, generator=_gen)]
-):
+_xs = [_zero_sum, torch.rand(2, 4, generator=_gen), -torch.rand(2, 4, generator=_gen)]
+for _trial, _x in enumerate(_xs):
     _record[f"eager, x {_trial + 1} (the first sums to exactly 0)"] = branchy_cond(
         _x, torch.randn(4, 3, generator=_gen), torch.randn(4, 3, generator=_gen)
     )
@@ -1156,9 +1091,8 @@ strict_default = inspect.signature(torch.export.export).parameters["strict"].def
 exported_net = torch.export.export(net, (batch,))
 layers = [n for n in exported_net.graph.nodes if n.target is torch.ops.aten.linear.default]
 runs = [exported_net.module()(batch) for _ in range(5)]
-print(f"torch.export.export(..., strict={strict_default}) by default")
-print(f"exported DynamicNet: depth {len(layers) - 2}; 5 calls, one output:", end=" ")
-print(all(torch.equal(runs[0], r) for r in runs))
+print(f"export(..., strict={strict_default}) by default; exported DynamicNet: depth", end=" ")
+print(f"{len(layers) - 2}; 5 calls, one output:", all(torch.equal(runs[0], r) for r in runs))
 w1g, w2g = torch.randn(4, 2, requires_grad=True), torch.randn(4, 2, requires_grad=True)
 grad_cond = torch.autograd.grad(branchy_cond(batch.abs(), w1g, w2g).sum(), [w2g])[0]
 print("cond:  grad of w2 =", grad_cond.flatten())
@@ -1223,10 +1157,8 @@ _record = {}
 for _trial in range(4):
     _x = (torch.randn(2, 4, generator=_gen) * 0.5).clamp(-2, 2)
     _w = torch.randn(4, 4, generator=_gen) * 0.3
-    _record[f"random x (2, 4) and w (4, 4), trial {_trial + 1}: compiled, eager"] = [
-        _compiled(_x, _w),
-        grow_bounded(_x, _w),
-    ]
+    _ys = [_compiled(_x, _w), grow_bounded(_x, _w)]
+    _record[f"random x (2, 4) and w (4, 4), trial {_trial + 1}: compiled, eager"] = _ys
 _record["graphs compiled"] = len(_noted)
 # With a (1, 1) x = c and w = 0 each step adds exactly 0.5: c = -4.75 needs exactly 30 steps
 # (the default bound), c = -5.25 needs 31, and c = -4 reaches a norm of exactly 10 after 28.
@@ -1253,35 +1185,13 @@ observe(
 # The bounded loop compiles into one graph, but the compiler unrolled all `max_steps`
 # steps, and every call runs them all. `torch.while_loop(cond_fn, body_fn, carried_inputs)`
 # runs `body_fn` as long as `cond_fn` says so, and the compiler keeps the whole loop as
-# **one** operation of the graph, with the condition and the body as subgraphs. Its
-# documentation calls it a *prototype* feature that does not support training yet. Break its
-# rules and it refuses: `body_fn` must return the state with the **same shapes and dtypes**,
-# and `cond_fn` a **boolean** tensor of one element. Outside `torch.compile`, it compiles its
-# functions itself on the first call. The cell compares both loops' graphs and their
-# gradients with respect to `w` (read by the body from outside) with the Python loop's.
-
-
-# %%
-def grow_while(x, w):
-    (x,) = torch.while_loop(lambda x: x.norm() < 10, lambda x: (x + torch.relu(x @ w) + 0.5,), (x,))
-    return x
-
-
-start_x, w_train = batch[:1], w_grow.clone().requires_grad_()
-grad_python = torch.autograd.grad(grow(start_x, w_train).sum(), w_train)[0]
-for name, fn in [("grow_bounded", grow_bounded), ("grow_while", grow_while)]:
-    (graph_module,) = compiled_graphs(fn, start_x, w_grow)
-    subgraphs = [len(op_names(sub)) for _, sub in graph_module.named_children()]
-    print(f"{name}: one graph of {len(op_names(graph_module))} operations, subgraphs {subgraphs}")
-    grad, error = attempt(lambda f=fn: torch.autograd.grad(f(start_x, w_train).sum(), w_train)[0])
-    gap = error or f"{(grad - grad_python).abs().max().item():.2e}"
-    print(f"  largest difference from the Python loop's gradient of w: {gap}")
-
-# %% [markdown]
-# The bounded loop's graph holds all 30 copies of the step; `while_loop`'s holds it once and
-# runs it as many times as the data needs. In eager mode it returns a tensor with a
-# `grad_fn` all the same, but with torch 2.14.1 the last line shows a large difference:
-# `while_loop`'s gradient of `w` is wrong here, and nothing warns (it comes out right when
-# the carried `x` requires a gradient too). What does your version print? Until the
-# prototype supports training, the bounded loop is the one to train through, at the price of
-# always running all its steps.
+# **one** operation of the graph, with the condition and the body as subgraphs:
+# `torch.while_loop(lambda x: x.norm() < 10, lambda x: (x + torch.relu(x @ w) + 0.5,), (x,))`
+# is `grow` in one graph. Break its rules and it refuses: `body_fn` must return the state
+# with the **same shapes and dtypes**, and `cond_fn` a **boolean** tensor of one element.
+# Outside `torch.compile`, it compiles its functions itself on the first call. Its
+# documentation calls it a *prototype* feature that does not support training yet. In eager
+# mode it returns a tensor with a `grad_fn` all the same, but with torch 2.14.1 its gradient
+# of a `w` that the body reads from outside is wrong, and nothing warns (it comes out right
+# when the carried `x` requires a gradient too). Train through the bounded loop, at the price
+# of always running all its steps.

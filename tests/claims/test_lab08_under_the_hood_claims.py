@@ -378,6 +378,20 @@ def test_while_loop_is_one_operation_with_two_subgraphs():
     assert len(list(graph.named_children())) == 2
 
 
+@claim(
+    LAB,
+    "`torch.while_loop(lambda x: x.norm() < 10, lambda x: (x + torch.relu(x @ w) + 0.5,), "
+    "(x,))` is `grow` in one graph",
+)
+def test_grow_while_is_grow_in_one_graph():
+    x, w = torch.randn(1, 4), torch.randn(4, 4) * 0.3
+    assert len(graphs_of(grow, x, w)) > 1  # the Python loop breaks the graph
+    assert len(graphs_of(grow_while, x, w)) == 1
+    torch.compiler.reset()
+    compiled = torch.compile(grow_while, backend="eager", fullgraph=True)
+    assert torch.allclose(compiled(x, w), grow(x, w), atol=1e-6)
+
+
 @pytest.mark.parametrize(
     "body, condition",
     [
@@ -393,9 +407,8 @@ def test_while_loop_refuses_a_growing_state_or_a_float_condition(body, condition
 
 @claim(
     LAB,
-    "with torch 2.14.1 the last line shows a large difference: `while_loop`'s gradient of `w` "
-    "is wrong here, and nothing warns (it comes out right when the carried `x` requires a "
-    "gradient too).",
+    "with torch 2.14.1 its gradient of a `w` that the body reads from outside is wrong, and "
+    "nothing warns (it comes out right when the carried `x` requires a gradient too).",
 )
 def test_while_loop_gradient_of_a_closed_over_weight():
     if torch.__version__.split("+")[0] != "2.14.1":
