@@ -110,6 +110,16 @@ def python_links() -> list[tuple[Path, Path]]:
     return links
 
 
+def _parent_dirs(path: Path, taken: set[Path]) -> list[str]:
+    """Make each parent of `path` not made yet a plain, traversable folder."""
+    argv = []
+    for parent in reversed(path.parents):
+        if parent != Path("/") and parent not in taken:
+            argv += ["--perms", "0755", "--dir", str(parent)]
+            taken.add(parent)
+    return argv
+
+
 def _linked(links: list[tuple[Path, Path]], bound: list[Path], taken: set[Path]) -> list[str]:
     """Bind each link's target read-only at the link's own path (a link inside a folder
     already bound is seen there as it is, and needs nothing more)."""
@@ -117,10 +127,7 @@ def _linked(links: list[tuple[Path, Path]], bound: list[Path], taken: set[Path])
     for target, path in links:
         if path in taken or any(path.is_relative_to(root) for root in bound):
             continue
-        for parent in reversed(path.parents):
-            if parent != Path("/") and parent not in taken:
-                argv += ["--perms", "0755", "--dir", str(parent)]
-                taken.add(parent)
+        argv += _parent_dirs(path, taken)
         argv += ["--ro-bind", str(target), str(path)]
         taken.add(path)
     return argv
@@ -132,10 +139,7 @@ def _readonly(paths: list[Path], taken: set[Path]) -> list[str]:
     for path in paths:
         if not path.exists() or str(path).startswith("/usr/"):
             continue
-        for parent in reversed(path.parents):
-            if parent != Path("/") and parent not in taken:
-                argv += ["--perms", "0755", "--dir", str(parent)]
-                taken.add(parent)
+        argv += _parent_dirs(path, taken)
         argv += ["--ro-bind", str(path), str(path)]
         taken.add(path)
     return argv
