@@ -91,7 +91,7 @@ def _error_name(output) -> str:
     return name if name in KNOWN_ERRORS else "an error"
 
 
-def _template(node: ast.expr) -> str | None:
+def message_template(node: ast.expr) -> str | None:
     """The text of a check's message as written in the release, placeholders as '…'."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
@@ -100,7 +100,7 @@ def _template(node: ast.expr) -> str | None:
             v.value if isinstance(v, ast.Constant) else "…" for v in node.values
         )  # fmt: skip
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        left, right = _template(node.left), _template(node.right)
+        left, right = message_template(node.left), message_template(node.right)
         return None if left is None or right is None else left + right
     return None
 
@@ -122,7 +122,7 @@ def visible_failure(source: str, line: int | None, ename: str) -> str:
         and len(node.args) >= 2
     ]
     if calls and ename in ("CheckFailed", "AssertionError"):
-        message = _template(calls[-1].args[1])
+        message = message_template(calls[-1].args[1])
         if message:
             return f"A visible check failed: {message}"
     lines = source.split("\n")
