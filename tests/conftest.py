@@ -25,15 +25,31 @@ def course(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def graded(course):
-    """The demo class and the mistake catalogue of every lab, graded in one class run."""
+def graded(course, tmp_path_factory):
+    """The demo class of every lab graded as `make demo` grades it (feedback included), then
+    the mistake catalogue of every lab as `python -m graders.catalogue check` grades it
+    (scores only: no feedback pages). Returns the students, the packs and one ClassRun
+    holding both runs."""
+    from helpers import reference_cache, share_references
+
     from graders.catalogue import write_packs
     from graders.demo import write_class
     from graders.grade import grade_class
 
+    share_references(course, LABS, reference_cache(tmp_path_factory))
     students = write_class(course, LABS, course / "labs")
+    demo = grade_class(course, labs=LABS, workers=2, quiet=True)
     packs = [pack for lab in LABS for pack in write_packs(course, lab, course / "labs")]
-    report = grade_class(course, labs=LABS, workers=2, quiet=True)
+    names = sorted({pack.name for pack in packs})
+    catalogue = grade_class(
+        course, labs=LABS, workers=2, quiet=True, feedback=False, students=names
+    )
+    report = catalogue  # its scores and maxima are read back from the whole gradebook
+    report.problems = demo.problems + catalogue.problems
+    report.notes = demo.notes + catalogue.notes
+    report.timings = {**demo.timings, **catalogue.timings}
+    report.verdicts = {**demo.verdicts, **catalogue.verdicts}
+    report.graded += demo.graded
     return students, packs, report
 
 

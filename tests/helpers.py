@@ -4,21 +4,26 @@
   test_browser.py, through tests/conftest.py's `report_course`);
 * a lab's complete notebook and its errors (tests/student/);
 * records and test cells as a graded notebook holds them (the judge's tests);
-* a free TCP port (tests/clients/), the text a cell printed, the processes running a command.
+* a free TCP port (tests/clients/), the text a cell printed, the processes running a command;
+* the reference records, made once per test session and shared by every scratch course
+  (`share_references`): running a lab's solution is the same work whichever course asks.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
+import time
 from datetime import datetime
 from pathlib import Path
 
 import nbformat
 
-from graders import gradebook
+from graders import gradebook, references
 from graders.build import build, source_notebook
+from graders.build_reference import prepare_references
 from graders.course import REPO
 from graders.demo import declared_class, student_notebook, write_class
 from graders.grade import grade_class
@@ -32,12 +37,47 @@ LATE, ON_TIME = "partial", "complete"  # lab02's hand-ins with a timestamp.txt
 _graded: dict[str, Path] = {}
 
 
+def reference_cache(tmp_path_factory) -> Path:
+    """One folder per test session, shared by the xdist workers (their base folders are
+    siblings), for the reference records of every lab (`share_references`)."""
+    base = tmp_path_factory.getbasetemp()
+    where = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "reference-cache"
+    where.mkdir(exist_ok=True)
+    return where
+
+
+def share_references(root: Path, labs: list[str], cache: Path) -> None:
+    """Give the scratch course `root` the reference records of `labs`, each made once per
+    session: a lab another worker is making is left for later (work on another meanwhile),
+    then waited for. The judge still checks each record's key (solution, recorder, torch),
+    so a record from a different solution is made again, never used."""
+    left = list(labs)
+    while left:
+        for lab in list(left):
+            with open(cache / f"{lab}.lock", "w") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | (fcntl.LOCK_NB if len(left) > 1 else 0))
+                except BlockingIOError:
+                    continue  # another worker makes it now
+                saved, mine = cache / f"{lab}.json", references.path(references.folder(root), lab)
+                if saved.is_file() and not mine.is_file():
+                    mine.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(saved, mine)
+                prepare_references(root, [lab], workers=1)  # the record is checked, or made
+                shutil.copyfile(mine, cache / f"{lab}.tmp")
+                os.replace(cache / f"{lab}.tmp", saved)
+                left.remove(lab)
+        if left:
+            time.sleep(0.5)
+
+
 def report_class(tmp_path_factory) -> Path:
     """A scratch course with REPORT_LABS built and a small class graded (once per session)."""
     if "root" in _graded:
         return _graded["root"]
     root = tmp_path_factory.mktemp("report-course")
     build(root=root, labs=REPORT_LABS, release=root / "labs")
+    share_references(root, REPORT_LABS, reference_cache(tmp_path_factory))
     write_class(root, REPORT_LABS, root / "labs")
     submitted, lab = root / "submitted", REPORT_LABS[0]
     shutil.copytree(submitted / "no_retain_graph" / lab, submitted / ODD / lab)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from helpers import reference_cache, share_references
 
 from graders.build import build
 from graders.course import LABS, REPO
@@ -38,9 +39,10 @@ def grade_cli(root: Path, lab: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_bad_submissions_are_reported_and_the_rest_is_graded(tmp_path):
+def test_bad_submissions_are_reported_and_the_rest_is_graded(tmp_path, tmp_path_factory):
     lab = "lab02_backprop"
     build(root=tmp_path, labs=[lab], release=tmp_path / "labs")
+    share_references(tmp_path, [lab], reference_cache(tmp_path_factory))
     good = next(s for s in declared_class(lab) if s.name == "complete")
     write_class(tmp_path, [lab], tmp_path / "labs")
     for student in {s.name for s in declared_class(lab)} - {good.name}:

@@ -1,13 +1,14 @@
 """Grading on a cluster: a real `dask scheduler` and two `dask worker` processes, each started
 as a separate process in a folder of its own outside the repository, sharing no folder with
-the course. The demo class of two labs is graded through them with the grades of the local
-run; a worker killed mid-run costs nothing; an interrupted run (of one lab's demo class), run
-again, grades only what is missing."""
+the course. A lab's demo class is graded through them with the grades of the local run; a
+worker killed mid-run costs nothing; an interrupted run (of eight of its hand-ins), run again,
+grades only what is missing."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import reference_cache, share_references
 
 from graders.build import build
 from graders.class_run import read_scores
@@ -23,8 +25,8 @@ from graders.course import REPO
 from graders.demo import write_class
 from graders.gradelog import GRADING_LOG
 
-LABS = ["lab02_backprop", "lab03_accumulation"]
-RESUMED = LABS[:1]  # 11 hand-ins: enough to stop after 3 and resume
+LABS = ["lab02_backprop"]  # its demo class: 11 hand-ins
+RESUMED = 8  # hand-ins of the interrupted run: enough to stop after 3 and resume
 DASK = str(Path(sys.executable).parent / "dask")
 # A guard against a hang, not a speed test. The first test here is often the first to ask
 # for conftest's `graded` (the demo class and mistake catalogue of every lab: 10 to 22 minutes
@@ -129,11 +131,12 @@ def log_lines(root: Path) -> list[dict]:
 
 
 def test_a_cluster_grades_like_the_local_run_and_survives_a_lost_worker(
-    cluster, graded, course, tmp_path
+    cluster, graded, course, tmp_path, tmp_path_factory
 ):
     address, workers = cluster
     root = tmp_path / "course"
     build(root=root, labs=LABS, release=root / "labs")
+    share_references(root, LABS, reference_cache(tmp_path_factory))
     students = write_class(root, LABS, root / "labs")
     run = grade_cli(root, address)
     out = []
@@ -154,12 +157,18 @@ def test_a_cluster_grades_like_the_local_run_and_survives_a_lost_worker(
     assert sorted(logged) == sorted((s.name, s.lab) for s in students)
 
 
-def test_an_interrupted_run_is_resumed_without_grading_anything_twice(cluster, tmp_path):
+def test_an_interrupted_run_is_resumed_without_grading_anything_twice(
+    cluster, tmp_path, tmp_path_factory
+):
     address, _workers = cluster
     root = tmp_path / "course"
-    build(root=root, labs=RESUMED, release=root / "labs")
-    students = write_class(root, RESUMED, root / "labs")
-    run = grade_cli(root, address, RESUMED)
+    build(root=root, labs=LABS, release=root / "labs")
+    share_references(root, LABS, reference_cache(tmp_path_factory))
+    students = write_class(root, LABS, root / "labs")
+    for extra in students[RESUMED:]:
+        shutil.rmtree(root / "submitted" / extra.name)
+    students = students[:RESUMED]
+    run = grade_cli(root, address, LABS)
     out = []
     for line in run.stdout:
         out.append(line)
@@ -171,11 +180,11 @@ def test_an_interrupted_run_is_resumed_without_grading_anything_twice(cluster, t
         assert db.execute("pragma integrity_check").fetchone() == ("ok",)
     first = log_lines(root)
     assert 3 <= len(first) < len(students)
-    again = grade_cli(root, address, RESUMED)
+    again = grade_cli(root, address, LABS)
     text = again.communicate()[0]
     assert again.returncode == 0, text
     assert f"({len(first)} already graded" in text
     logged = [(e["student"], e["lab"]) for e in log_lines(root)]
     assert sorted(logged) == sorted((s.name, s.lab) for s in students), "graded twice or lost"
-    scores, _ = read_scores(root, RESUMED)
+    scores, _ = read_scores(root, LABS)
     assert {(s.name, s.lab): s.score for s in students} == scores

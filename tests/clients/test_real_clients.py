@@ -35,12 +35,11 @@ from types import SimpleNamespace
 
 import nbformat
 import pytest
-from helpers import free_port
+from helpers import free_port, reference_cache, share_references
 from nbgrader.api import Gradebook
 
 from graders import sandbox, sandbox_argv, sandbox_host
 from graders.build import source_notebook, write_sources
-from graders.build_reference import prepare_references
 from graders.course import LABS, REPO, lab_source
 from graders.demo import declared_class, student_notebook
 from graders.judge import BEGIN, ENVIRONMENT
@@ -148,7 +147,7 @@ def course(tmp_path_factory):
     cached = REPO / "build" / "reference"  # `make build`'s records, where there are some:
     if cached.is_dir():  # the judge keeps each only if its notebook, torch... are the same
         shutil.copytree(cached, root / "build" / "reference")
-    prepare_references(root, LABS, workers=2)
+    share_references(root, LABS, reference_cache(tmp_path_factory))
     for lab in LABS:
         release = nbformat.read(root / "labs" / lab / f"{lab}.ipynb", as_version=4)
         solution = source_notebook(lab)
