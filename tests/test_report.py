@@ -2,7 +2,7 @@
 every picture has its numbers beside it, odd student names are escaped and quoted, and a
 regrade of one student is in the report seconds later.
 
-One small class is graded once per session (two fast labs, their demo classes, plus a
+One small class is graded once per session (two fast labs, six of each demo class, plus a
 student with an odd name, a kernel that dies, a notebook that is not JSON and a late hand-in);
 tests/clients/test_browser.py opens the same report in Chromium.
 """
