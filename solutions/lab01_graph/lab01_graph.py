@@ -337,6 +337,10 @@ def _graph_record(result, made_by, leaves):
     if not isinstance(result, tuple | list) or len(result) != 2:
         return {"returned": type(result).__name__}
     nodes, edges = result
+    if not (isinstance(nodes, list | tuple) and isinstance(edges, list | tuple)) or not all(
+        isinstance(e, tuple | list) and len(e) == 2 for e in edges
+    ):
+        return {"returned": f"{type(result).__name__} of {type(nodes).__name__}, not edge pairs"}
     return {
         "returned": f"{type(result).__name__} of {type(nodes).__name__}, {type(edges).__name__}",
         "first": label(nodes[0]) if nodes else None,
@@ -366,14 +370,22 @@ _expected_edges = [
     (_mm_h, _acc_h),
 ]
 _walked, _error = attempt(walk, out)
-check(_error is None, f"walk(out) raised an error, so it could not be checked: {_error}.")
+check(
+    _error is None,
+    f"walk(out) raised an error, so its graph could not be checked (the error: {_error}); "
+    "call walk(out) in a cell to see the whole message.",
+)
 _problems = _graph_problems(_walked, out, _expected_nodes, _expected_edges)
-check(not _problems, f"walk(out) is not the recurrent cell's graph: {' '.join(_problems)}")
+check(
+    not _problems,
+    "walk(out) does not give the recurrent cell's graph: run show_graph(*walk(out)) in a cell "
+    f"and compare it with the drawing of out ({' '.join(_problems)})",
+)
 _walked, _error = attempt(walk, Wh)
 check(
     _error is None,
-    f"walk(Wh) raised an error: {_error}. Wh is a leaf: its grad_fn is None, so there is no "
-    "graph to walk; return ([], []).",
+    f"walk(Wh) raised an error (the error: {_error}): Wh is a leaf, its grad_fn is None, so "
+    "there is no graph to walk; return ([], []) before reading grad_fn.next_functions.",
 )
 check(
     _walked == ([], []),
@@ -431,11 +443,19 @@ _sq = (a * a).sum()
 _sum, _mul = _sq.grad_fn, _sq.grad_fn.next_functions[0][0]
 _acc = _mul.next_functions[0][0]
 _walked, _error = attempt(walk, _sq)
-check(_error is None, f"walk((a * a).sum()) raised an error, so it could not be checked: {_error}.")
+check(
+    _error is None,
+    f"walk((a * a).sum()) raised an error, so its graph could not be checked (the error: "
+    f"{_error}); call it in a cell to see the whole message.",
+)
 _problems = _graph_problems(
     _walked, _sq, [_sum, _mul, _acc], [(_sum, _mul), (_mul, _acc), (_mul, _acc)]
 )
-check(not _problems, f"walk((a * a).sum()) is not its graph: {' '.join(_problems)}")
+check(
+    not _problems,
+    "walk((a * a).sum()) does not give its graph, one node with two edges into a's "
+    f"AccumulateGrad: run show_graph(*walk((a * a).sum())) to see it ({' '.join(_problems)})",
+)
 
 _u = Wx @ x
 _out2 = (_u.sin() + _u.cos()).sum()
@@ -449,10 +469,15 @@ _expected_edges = [(_s, _add), (_add, _sin), (_add, _cos), (_sin, _mm), (_cos, _
 _walked, _error = attempt(walk, _out2)
 check(
     _error is None,
-    f"walk((u.sin() + u.cos()).sum()) raised an error, so it could not be checked: {_error}.",
+    "walk((u.sin() + u.cos()).sum()) raised an error, so its graph could not be checked (the "
+    f"error: {_error}); call it in a cell to see the whole message.",
 )
 _problems = _graph_problems(_walked, _out2, _expected_nodes, _expected_edges)
-check(not _problems, f"walk((u.sin() + u.cos()).sum()) is not its graph: {' '.join(_problems)}")
+check(
+    not _problems,
+    "walk((u.sin() + u.cos()).sum()) does not give its graph, where the node of u = Wx @ x is "
+    f"reached along two paths: run show_graph on it to see yours ({' '.join(_problems)})",
+)
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
@@ -638,14 +663,16 @@ check(
 )
 _missing = [e for e in EXPRESSIONS if e not in predictions]
 check(
-    not _missing, f"predictions has no entry for: {_missing}. Copy each expression string exactly."
+    not _missing,
+    "predictions lacks an entry for some of the expressions: copy each expression string "
+    f"exactly as EXPRESSIONS spells it (the missing: {_missing}).",
 )
 for _expression in EXPRESSIONS:
     _p = predictions[_expression]
     check(
         isinstance(_p, tuple | list) and len(_p) == 3,
-        f"predictions[{_expression!r}] should be a triple (requires_grad, is_leaf, grad_fn), "
-        f"not {_p!r}.",
+        "Each value of predictions should be a triple (requires_grad, is_leaf, grad_fn), and one "
+        f"is not (the expression: {_expression!r}; its value: {_p!r}).",
     )
     check(
         isinstance(_p[0], bool) and isinstance(_p[1], bool),
@@ -669,21 +696,21 @@ for _expression in EXPRESSIONS:
         _wrong[_property].append(_expression)
 check(
     not _wrong["requires_grad"],
-    f"requires_grad is predicted wrong for these expressions: {_wrong['requires_grad']}. An "
-    "operation's result requires a gradient only if an input requires one and recording is "
-    "on; run show(expression) on these to see why.",
+    "requires_grad is predicted wrong for some expressions: an operation's result requires a "
+    "gradient only if an input requires one and recording is on; run show(expression) on "
+    f"them to see why (the expressions: {_wrong['requires_grad']}).",
 )
 check(
     not _wrong["is_leaf"],
-    f"is_leaf is predicted wrong for these expressions: {_wrong['is_leaf']}. A tensor is a "
-    "leaf when it has no recorded history, computed or not; run show(expression) on these to "
-    "see why.",
+    "is_leaf is predicted wrong for some expressions: a tensor is a leaf when it has no "
+    "recorded history, computed or not; run show(expression) on them to see why (the "
+    f"expressions: {_wrong['is_leaf']}).",
 )
 check(
     not _wrong["grad_fn"],
-    f"grad_fn is predicted wrong for these expressions: {_wrong['grad_fn']}. Only a recorded "
-    "result has a node, named after the operation that made it; run show(expression) on "
-    "these to see why.",
+    "grad_fn is predicted wrong for some expressions: only a recorded result has a node, "
+    "named after the operation that made it; run show(expression) on them to see why (the "
+    f"expressions: {_wrong['grad_fn']}).",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -839,39 +866,42 @@ for _expression, (_tree, _make) in _cases.items():
     _got, _error = attempt(predict, _tree, GIVEN)
     check(
         _error is None,
-        f"predict raised an error on the expression {_expression!r}: {_error}. Try predict on "
-        "that expression's tree yourself to see where.",
+        "predict raised an error on one of the expression trees: call predict on that tree "
+        f"yourself to see where (the expression: {_expression!r}; the error: {_error}).",
     )
     check(
         isinstance(_got, tuple | list) and len(_got) == 3,
-        f"predict should return a triple (requires_grad, is_leaf, grad_fn); for the expression "
-        f"{_expression!r} it returned {_got!r}.",
+        "predict should return a triple (requires_grad, is_leaf, grad_fn), and for one "
+        f"expression it did not (the expression: {_expression!r}; it returned: {_got!r}).",
     )
     check(
         isinstance(_got[0], bool) and isinstance(_got[1], bool) and _got[2] != "None",
-        f"predict should give requires_grad and is_leaf as True or False, and grad_fn as a name "
-        f"or None (without quotes); for the expression {_expression!r} it gave {_got!r}.",
+        "predict should give requires_grad and is_leaf as True or False, and grad_fn as a name "
+        "or None (without quotes), and for one expression it did not (the expression: "
+        f"{_expression!r}; it gave: {_got!r}).",
     )
     for _property in _disagreements(_got, properties(_make())):
         _wrong[_property].append(_expression)
 check(
     not _wrong["requires_grad"],
-    f"predict gives the wrong requires_grad for these expressions: {_wrong['requires_grad']}. "
-    "A result requires a gradient when recording is on and one of its tensor arguments "
-    "requires one; a name keeps its own requires_grad even inside no_grad, detach() gives a "
-    "tensor that requires none, and requires_grad_() switches it on, even inside no_grad.",
+    "predict gives the wrong requires_grad for some expressions: a result requires a gradient "
+    "when recording is on and one of its tensor arguments requires one; a name keeps its own "
+    "requires_grad even inside no_grad, detach() gives a tensor that requires none, and "
+    "requires_grad_() switches it on, even inside no_grad (the expressions: "
+    f"{_wrong['requires_grad']}).",
 )
 check(
     not _wrong["is_leaf"],
-    f"predict gives the wrong is_leaf for these expressions: {_wrong['is_leaf']}. A tensor is "
-    "a leaf exactly when it has no history: a name, anything detach() gives (requires_grad_() "
-    "keeps a leaf a leaf), and any result that was not recorded (nothing required a gradient, or no_grad).",
+    "predict gives the wrong is_leaf for some expressions: a tensor is a leaf exactly when it "
+    "has no history: a name, anything detach() gives (requires_grad_() keeps a leaf a leaf), "
+    "and any result that was not recorded, because nothing required a gradient or because of "
+    f"no_grad (the expressions: {_wrong['is_leaf']}).",
 )
 check(
     not _wrong["grad_fn"],
-    f"predict gives the wrong grad_fn for these expressions: {_wrong['grad_fn']}. Only a "
-    "recorded result has a node, NODE_NAMES[op] of the operation that made it; a leaf's "
-    "grad_fn is None.",
+    "predict gives the wrong grad_fn for some expressions: only a recorded result has a node, "
+    "NODE_NAMES[op] of the operation that made it; a leaf's grad_fn is None (the expressions: "
+    f"{_wrong['grad_fn']}).",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -1002,14 +1032,23 @@ try:
     _got_sq, _error_sq = attempt(leaves, _sq)
 finally:
     walk = _your_walk
-check(_error is None, f"leaves(out) raised an error, so it could not be checked: {_error}.")
+check(
+    _error is None,
+    f"leaves(out) raised an error, so it could not be checked (the error: {_error}); call "
+    "leaves(out) in a cell to see the whole message.",
+)
 check(
     _error_sq is None,
-    f"leaves((a * a).sum()) raised an error, so it could not be checked: {_error_sq}.",
+    "leaves((a * a).sum()) raised an error, so it could not be checked (the error: "
+    f"{_error_sq}); call it in a cell to see the whole message.",
 )
-check(isinstance(_got, list), "leaves(t) should return a list of tensors.")
 check(
-    all(isinstance(v, torch.Tensor) for v in _got),
+    isinstance(_got, list) and isinstance(_got_sq, list),
+    "leaves(t) should return a list of tensors, and it returned something else (it returned: "
+    f"{type(_got).__name__}); print leaves(out) to see it.",
+)
+check(
+    all(isinstance(v, torch.Tensor) for v in _got + _got_sq),
     "leaves(t) should return tensors (the .variable of each AccumulateGrad node), not nodes.",
 )
 check(
@@ -1018,8 +1057,8 @@ check(
 )
 check(
     _ids(_got_sq) == [id(a)],
-    f"leaves((a * a).sum()) should be [a], once; you returned {len(_got_sq)} tensor(s). "
-    "A tensor used twice is still one leaf.",
+    "leaves((a * a).sum()) should be [a], with a once: a tensor used twice is still one leaf, "
+    f"one AccumulateGrad node (the number of tensors you returned: {len(_got_sq)}).",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -1054,7 +1093,10 @@ _names[id(_unused)] = "unused"
 
 
 def _which(tensors):
-    """The leaves a student returned, by name (sorted, duplicates kept)."""
+    """The leaves a student returned, by name (sorted, duplicates kept); the kind of anything
+    that is not a list or tuple, which the judge reports as a difference."""
+    if not isinstance(tensors, list | tuple):
+        return f"not a list: {type(tensors).__name__}"
     return sorted(_names.get(id(v), "other") for v in tensors)
 
 

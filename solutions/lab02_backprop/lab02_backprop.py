@@ -129,11 +129,13 @@ _x, _h = torch.randn(2, 1), torch.randn(3, 1)
 _result, _error = attempt(recurrent_step, _Wh, _Wx, _x, _h)
 check(
     _error is None,
-    f"recurrent_step(Wh, Wx, x, h) raised an error, so it could not be checked: {_error}.",
+    "recurrent_step(Wh, Wx, x, h) raised an error, so it could not be checked (the error: "
+    f"{_error}); call it in a cell on small tensors to see the whole message.",
 )
 check(
     isinstance(_result, tuple) and len(_result) == 2,
-    "recurrent_step should return a tuple (out, next_h).",
+    "recurrent_step should return a tuple of two tensors, (out, next_h), and it returned "
+    f"something else (it returned: {type(_result).__name__}).",
 )
 _out, _next_h = _result
 check(
@@ -167,13 +169,19 @@ for _draw, (_n_h, _n_x, _cols) in enumerate(((3, 2, 1), (4, 5, 1), (2, 6, 1), (5
     _Wx = torch.randn(_n_h, _n_x, requires_grad=True, generator=_gen)
     _x = torch.randn(_n_x, _cols, generator=_gen)
     _h = torch.randn(_n_h, _cols, generator=_gen)
-    _out, _next_h = recurrent_step(_Wh, _Wx, _x, _h)
+    _result = recurrent_step(_Wh, _Wx, _x, _h)
+    _out, _next_h = _result if isinstance(_result, tuple) and len(_result) == 2 else (None, None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         observe(
             f"recurrent_step(Wh, Wx, x, h) on random inputs with {_n_h} hidden units, "
             f"{_n_x} inputs and {_cols} column(s), draw {_draw} of 4",
-            {"out": _out, "Wh.grad": _Wh.grad, "Wx.grad": _Wx.grad, "next_h.grad": _next_h.grad},
+            {
+                "out": _out,
+                "Wh.grad": _Wh.grad,
+                "Wx.grad": _Wx.grad,
+                "next_h.grad": getattr(_next_h, "grad", "not a tensor"),
+            },
             atol=1e-6,
             hint="out is tanh(Wx @ x + Wh @ h).sum(), with one out.backward(); next_h.grad is "
             "kept only if next_h.retain_grad() runs before it.",
@@ -260,22 +268,25 @@ check(
     "retain_graph=True to the first call.",
 )
 check(
-    _error is None, f"backward_twice(y, w) raised an error, so it could not be checked: {_error}."
+    _error is None,
+    f"backward_twice(y, w) raised an error, so it could not be checked (the error: {_error}); "
+    "call it in a cell on y = w ** 3 to see the whole message.",
 )
 check(
     len(_passes) == 2,
-    f"backward_twice(y, w) went backwards through the y it was given {len(_passes)} time(s), "
-    "not twice: call backward on that y itself, two times (do not compute a new y).",
+    "backward_twice(y, w) did not go backwards through the y it was given exactly twice: call "
+    f"backward on that y itself, two times, and compute no new y (passes: {len(_passes)}).",
 )
 check(_g is not None, "backward_twice returned None: return w.grad after the two calls.")
 check(
-    isinstance(_g, torch.Tensor),
-    f"backward_twice should return the tensor w.grad, not {type(_g).__name__} {_g!r}.",
+    isinstance(_g, torch.Tensor) and _g.numel() == 1,
+    "backward_twice should return the tensor w.grad, one number here, and it returned "
+    f"something else (it returned: {type(_g).__name__}).",
 )
 check(
     abs(_g.item() - 24.0) < 1e-6,
-    f"For y = w ** 3 at w = 2, w.grad after two passes should be 24 (12 from each), got "
-    f"{_g.item()}: both passes must add into w.grad.",
+    "For y = w ** 3 at w = 2, w.grad after two passes should be 24, 12 from each pass: both "
+    f"passes must add into w.grad, so print w.grad after each one (yours: {_g.item()}).",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -384,17 +395,24 @@ _xs = [torch.zeros(2, 1), torch.ones(2, 1), torch.tensor([[0.5], [-2.0]])]
 _want = [torch.autograd.grad(forward(_x), Wh)[0] for _x in _xs]  # each pass alone
 Wh.grad = torch.full((3, 3), 5.0)  # a stale gradient, left from before the call
 _got, _error = attempt(fresh_gradients, _xs)
-check(_error is None, f"fresh_gradients(xs) raised an error, so it could not be checked: {_error}.")
+check(
+    _error is None,
+    f"fresh_gradients(xs) raised an error, so it could not be checked (the error: {_error}); "
+    "call it in a cell on a list of inputs to see the whole message.",
+)
 check(
     isinstance(_got, list) and len(_got) == len(_xs),
-    f"fresh_gradients(xs) should return a list with one gradient per input: 3 for these 3 "
-    f"inputs, not {len(_got) if isinstance(_got, list) else type(_got).__name__}.",
+    "fresh_gradients(xs) should return a list with one gradient per input, 3 for these 3 "
+    "inputs, and it did not (it returned: "
+    f"{len(_got) if isinstance(_got, list) else type(_got).__name__}).",
 )
 check(
     all(isinstance(_g, torch.Tensor) and _g.shape == Wh.shape for _g in _got),
     "Each gradient should be a tensor of Wh's shape (3 x 3): a copy of Wh.grad after its pass.",
 )
-_right = [torch.allclose(_g, _w, atol=1e-6) for _g, _w in zip(_got, _want, strict=True)]
+_right = [
+    torch.allclose(_g.to(_w.dtype), _w, atol=1e-6) for _g, _w in zip(_got, _want, strict=True)
+]
 check(
     not all(torch.equal(_g, _got[-1]) for _g in _got) or all(_right),
     "All the gradients you returned are equal: they are all Wh.grad itself (or views of it), "
@@ -433,6 +451,8 @@ try:
         _xs = [torch.randn(_n_x, 1, generator=_gen) for _ in range(_n)]
         Wh.grad = torch.randn(_n_h, _n_h, generator=_gen)
         _got = fresh_gradients(_xs)
+        if not isinstance(_got, list | tuple):
+            _got = f"not a list: {type(_got).__name__}"
         _first = [_g.clone() if isinstance(_g, torch.Tensor) else _g for _g in _got]
         forward(torch.randn(_n_x, 1, generator=_gen)).backward()
         observe(
@@ -539,7 +559,9 @@ _point = (0.5, -1.25, 2.0)
 _x, _y, _z = leaves_at(_point)
 _got, _error = attempt(f_gradients, _x, _y, _z)
 check(
-    _error is None, f"f_gradients(x, y, z) raised an error, so it could not be checked: {_error}."
+    _error is None,
+    f"f_gradients(x, y, z) raised an error, so it could not be checked (the error: {_error}); "
+    "call it in a cell on three scalar leaves to see the whole message.",
 )
 check(
     isinstance(_got, tuple | list) and len(_got) == 5,
@@ -548,15 +570,15 @@ check(
 for _name, _t in (("x", _x), ("y", _y), ("z", _z)):
     check(
         _t.grad is not None,
-        f"x.grad, y.grad and z.grad should all be filled after the call, and {_name}.grad is "
-        "None: f_gradients should call f.backward(), which fills the .grad of every leaf f was "
-        "computed from.",
+        "x.grad, y.grad and z.grad should all be filled after the call, and one is None: "
+        "f_gradients should call f.backward(), which fills the .grad of every leaf f was "
+        f"computed from (the one that is None: {_name}.grad).",
     )
 for _name, _t, _value, _slope in zip("xyz", (_x, _y, _z), _got, slopes(_point), strict=False):
     check(
         as_number(_value) is not None and abs(as_number(_value) - _t.grad.item()) < 1e-9,
-        f"The first three gradients returned should be x.grad, y.grad and z.grad as backward() "
-        f"left them, and df/d{_name} is not: return what backward() put in .grad.",
+        "The first three gradients returned should be x.grad, y.grad and z.grad as backward() "
+        f"left them, and one is not (df/d{_name}): return what backward() put in .grad.",
     )
     check(
         abs(_t.grad.item() - _slope) < 1e-6,
@@ -596,7 +618,9 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     _got, _error = attempt(f_gradients, _x, _y, _z)
 check(
-    _error is None, f"f_gradients(x, y, z) raised an error, so it could not be checked: {_error}."
+    _error is None,
+    f"f_gradients(x, y, z) raised an error, so it could not be checked (the error: {_error}); "
+    "call it in a cell on three scalar leaves to see the whole message.",
 )
 check(
     isinstance(_got, tuple | list) and len(_got) == 5,
@@ -820,27 +844,31 @@ check(
     "f(x) does not require a gradient, so there is nothing to go backwards through: call "
     "f on a leaf of your own, x.detach().requires_grad_().",
 )
-check(_error is None, f"jacobian_rows(f, x) raised an error, so it could not be checked: {_error}.")
+check(
+    _error is None,
+    f"jacobian_rows(f, x) raised an error, so it could not be checked (the error: {_error}); "
+    "call it in a cell to see the whole message.",
+)
 check(
     isinstance(_J, torch.Tensor),
-    f"jacobian_rows should return one tensor, the Jacobian, not {type(_J).__name__}: "
-    "torch.stack the rows.",
+    "jacobian_rows should return one tensor, the Jacobian, and it returned something else: "
+    f"torch.stack the rows (it returned: {type(_J).__name__}).",
 )
 check(
     tuple(_J.shape) == (2, 3),
-    f"For f from 3 numbers to 2, J should have 2 rows (one per output) and 3 columns (one per "
-    f"input): shape (2, 3), not {tuple(_J.shape)}.",
+    "For f from 3 numbers to 2, J should have 2 rows (one per output) and 3 columns (one per "
+    f"input), the shape (2, 3), and yours has another shape (yours: {tuple(_J.shape)}).",
 )
 check(
-    torch.allclose(_J, torch.func.jacrev(_f)(_x), atol=1e-6),
+    torch.allclose(_J.detach().double(), torch.func.jacrev(_f)(_x).double(), atol=1e-6),
     "J differs from torch.func.jacrev(f)(x): row i should be the gradient of y[i] alone, "
     "from a grad_outputs that is 1 at position i and 0 elsewhere, and no row may add into "
     "another.",
 )
 check(
     len(_passes) == 2,
-    f"jacobian_rows went backwards through f's output {len(_passes)} time(s): it should go "
-    "once per element of y (2 here), each with a one-hot grad_outputs.",
+    "jacobian_rows should go backwards through f's output once per element of y, 2 times "
+    f"here, each with a one-hot grad_outputs (yours went: {len(_passes)}).",
 )
 check(
     not _x.requires_grad and _x.grad is None,

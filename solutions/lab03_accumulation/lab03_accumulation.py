@@ -137,7 +137,8 @@ for _flag, _b_want in ((True, 1.9), (False, 1.81)):
     _result, _error = attempt(two_steps, _flag)
     check(
         _error is None,
-        f"two_steps(set_to_none={_flag}) raised an error instead of returning (a, b): {_error}.",
+        f"two_steps(set_to_none={_flag}) raised an error instead of returning (a, b) (the "
+        f"error: {_error}); call it in a cell to see the whole message.",
     )
     check(
         isinstance(_result, tuple)
@@ -145,8 +146,9 @@ for _flag, _b_want in ((True, 1.9), (False, 1.81)):
         and all(
             isinstance(v, float | int) or getattr(v, "numel", lambda: 0)() == 1 for v in _result
         ),
-        f"two_steps(set_to_none={_flag}) should return a tuple of two floats (a, b), "
-        f"got {type(_result).__name__}: return a.item(), b.item().",
+        f"two_steps(set_to_none={_flag}) should return a tuple of two floats (a, b), and it "
+        f"returned something else: return a.item(), b.item() (it returned: "
+        f"{type(_result).__name__}).",
     )
     _a, _b = (float(v) for v in _result)
     check(
@@ -161,30 +163,42 @@ for _flag, _b_want in ((True, 1.9), (False, 1.81)):
     )
     check(
         not 1e-9 <= abs(_a - 0.46) < 1e-5 and not 1e-9 <= abs(_b - _b_want) < 1e-5,
-        f"two_steps(set_to_none={_flag}): a = {_a!r}, b = {_b!r} are right only up to float32 "
-        "rounding: create a and b with dtype=torch.float64.",
+        f"two_steps(set_to_none={_flag}): a and b are right only up to float32 rounding "
+        f"(a = {_a!r}, b = {_b!r}): create a and b with dtype=torch.float64.",
     )
     check(
         abs(_a - 0.46) < 1e-9,
-        f"two_steps(set_to_none={_flag}): a should be 0.46 after step 2, got {_a:.4f}. Step 1 "
-        "takes a to 0.8; in step 2 the momentum buffer is 0.9 * 2 + 1.6 = 3.4.",
+        f"two_steps(set_to_none={_flag}): a should be 0.46 after step 2, and it is not (yours: "
+        f"{_a:.4f}). Step 1 takes a to 0.8; in step 2 the momentum buffer is 0.9 * 2 + 1.6 = 3.4.",
     )
     if _flag:
         check(
             abs(_b - 1.9) < 1e-9,
-            f"two_steps(set_to_none=True): b should stay at 1.9 after step 2, got {_b:.4f}. Its "
-            "grad is None after zero_grad(set_to_none=True), and SGD skips parameters whose "
-            "grad is None. (Clear the gradients of both a and b, with the optimizer's zero_grad.)",
+            "two_steps(set_to_none=True): b should stay at 1.9 after step 2, and it moved "
+            f"(yours: {_b:.4f}). Its grad is None after zero_grad(set_to_none=True), and SGD skips "
+            "parameters whose grad is None: clear the gradients of both a and b, with the "
+            "optimizer's zero_grad.",
         )
     else:
         check(
             abs(_b - 1.81) < 1e-9,
-            f"two_steps(set_to_none=False): b should be 1.81 after step 2, got {_b:.4f}. Its grad "
-            "is a tensor of zeros, so SGD does update it: momentum 0.9 * 1 moves it by 0.09. Did "
-            "you pass set_to_none=set_to_none to zero_grad?",
+            "two_steps(set_to_none=False): b should be 1.81 after step 2, and it is not (yours: "
+            f"{_b:.4f}). Its grad is a tensor of zeros, so SGD does update it: momentum 0.9 * 1 "
+            "moves it by 0.09. Did you pass set_to_none=set_to_none to zero_grad?",
         )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
+
+
+def _pair(result):
+    """two_steps' (a, b) as floats, or what kind of thing came back instead."""
+    if isinstance(result, tuple | list) and len(result) == 2:
+        try:
+            return {"a": float(result[0]), "b": float(result[1])}
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    return {"returned": type(result).__name__}
+
 
 _hints = {
     True: "After zero_grad(set_to_none=True) the grad of b is None, so SGD leaves b where step 1 "
@@ -194,19 +208,17 @@ _hints = {
 }
 for _a0, _b0 in ((1.0, 2.0), (0.5, -1.5), (-2.0, 3.0), (1.25, 0.75), (3, -2)):
     for _flag in (True, False):
-        _a, _b = (float(v) for v in two_steps(_flag, _a0, _b0))
         observe(
             f"two_steps(set_to_none={_flag}, a0={_a0}, b0={_b0}): a and b after step 2",
-            {"a": _a, "b": _b},
+            _pair(two_steps(_flag, _a0, _b0)),
             rtol=0,
             atol=1e-9,
             hint=_hints[_flag],
         )
 # a0, b0 as keywords, in the other order
-_a, _b = (float(v) for v in two_steps(set_to_none=False, b0=-0.5, a0=2.5))
 observe(
     "two_steps(set_to_none=False, b0=-0.5, a0=2.5), by keyword: a and b after step 2",
-    {"a": _a, "b": _b},
+    _pair(two_steps(set_to_none=False, b0=-0.5, a0=2.5)),
     rtol=0,
     atol=1e-9,
     hint=_hints[False],
@@ -297,9 +309,9 @@ _h0 = torch.randn(3, 1, dtype=torch.float64)
 _result, _error = attempt(unrolled_grads, _W, _h0, 3)
 check(
     _error is None,
-    f"unrolled_grads(W, h0, k=3) on a random 3x3 W whose .grad is None raised an error: "
-    f"{_error}. If it is about NoneType: W.grad is None before W's first backward(), so clear "
-    "it with W.grad = None rather than W.grad.zero_().",
+    "unrolled_grads(W, h0, k=3) on a random 3x3 W whose .grad is None raised an error (the "
+    f"error: {_error}); call it in a cell to see the whole message. Note that W.grad is None "
+    "before W's first backward(), so clear it with W.grad = None rather than W.grad.zero_().",
 )
 check(
     isinstance(_result, tuple) and len(_result) == 2,
@@ -340,9 +352,15 @@ check(
     "the shared gradient returned by unrolled_grads changed when a later backward() added "
     "into W.grad: return a copy (W.grad.clone()), not the .grad tensor itself.",
 )
-_again, _ = unrolled_grads(_W, _h0, 3)
+_again, _error = attempt(unrolled_grads, _W, _h0, 3)
 check(
-    torch.allclose(_again, _kept, atol=1e-10),
+    _error is None,
+    "unrolled_grads(W, h0, k=3), called a second time on a W that already holds a gradient, "
+    f"raised an error (the error: {_error}); call it twice in a cell to see the whole message.",
+)
+_again = _again[0] if isinstance(_again, tuple) and len(_again) == 2 else None
+check(
+    isinstance(_again, torch.Tensor) and torch.allclose(_again, _kept, atol=1e-10),
     "calling unrolled_grads(W, h0, k=3) again, on a W that already holds a gradient, gave a "
     "different shared gradient: W.grad accumulates across backward calls, so clear it "
     "(W.grad = None) before backward().",
@@ -360,8 +378,13 @@ for _k, _n, _cols in ((1, 4, 1), (2, 4, 1), (5, 4, 1), (4, 2, 3), (7, 5, 2)):
     _W = torch.randn(_n, _n, dtype=torch.float64, requires_grad=True, generator=_gen)
     _W.grad = torch.full_like(_W, 7.0)  # a stale gradient from an earlier loss
     _h0 = torch.randn(_n, _cols, dtype=torch.float64, generator=_gen)
-    _shared, _copies = unrolled_grads(_W, _h0, _k)
-    _record = {"shared": _shared.detach().clone(), "copies": list(_copies)}
+    _result = unrolled_grads(_W, _h0, _k)
+    if not (isinstance(_result, tuple | list) and len(_result) == 2):
+        _result = (f"not a pair: {type(_result).__name__}", [])
+    _shared, _copies = _result
+    _kept = _shared.detach().clone() if isinstance(_shared, torch.Tensor) else repr(type(_shared))
+    _copies = list(_copies) if isinstance(_copies, list | tuple) else repr(type(_copies))
+    _record = {"shared": _kept, "copies": _copies}
     (_W * 3.0).sum().backward()  # a later backward() adds into W.grad
     _record["shared, after a later backward() into W"] = _shared
     observe(
@@ -450,37 +473,39 @@ for _ in range(4):
 _n, _error = attempt(count_uses, _h.sum(), _W)
 check(
     _error is None,
-    f"count_uses(loss, W) on the loss of 4 steps h = tanh(W @ h) raised an error: {_error}. "
-    "(Compare nodes with `is`: child.variable is W; == compares the tensors' values.)",
+    "count_uses(loss, W) on the loss of 4 steps h = tanh(W @ h) raised an error (the error: "
+    f"{_error}); call it in a cell to see the whole message. Compare nodes with `is`: "
+    "child.variable is W, where == would compare the tensors' values.",
 )
 check(
     _n == 4,
-    f"count_uses(loss, W) on 4 steps h = tanh(W @ h): W is used 4 times, count_uses says {_n}.",
+    "count_uses(loss, W) on 4 steps h = tanh(W @ h) should say 4, since W is used 4 times, "
+    f"and it does not (yours: {_n}).",
 )
 _x = torch.randn(3, 1)
 _u = _W @ _x
-_n = count_uses(_u.sin().sum() + _u.cos().sum(), _W)
+_n, _error = attempt(count_uses, _u.sin().sum() + _u.cos().sum(), _W)
 check(
     _n == 1,
-    f"count_uses(loss, W) on u = W @ x; loss = u.sin().sum() + u.cos().sum(): u is used twice, "
-    f"but W only once; count_uses says {_n}. Visit each node once (keep a set of visited "
-    "nodes), so the edge from u's node into W is counted once.",
+    "count_uses(loss, W) on u = W @ x; loss = u.sin().sum() + u.cos().sum() should say 1: u is "
+    "used twice, but W only once. Visit each node once (keep a set of visited nodes), so the "
+    f"edge from u's node into W is counted once (yours: {_n}; the error: {_error}).",
 )
 _a = torch.randn(3, requires_grad=True)
-_n = count_uses((_a * _a).sum(), _a)
+_n, _error = attempt(count_uses, (_a * _a).sum(), _a)
 check(
     _n == 2,
-    f"count_uses(loss, a) on loss = (a * a).sum(): one node uses a twice, count_uses says {_n}. "
-    "Count the edges (child, index) into a's AccumulateGrad node, not the nodes that use it: "
-    "a * a has two.",
+    f"count_uses(loss, a) on loss = (a * a).sum() should say 2 (yours: {_n}; the error: "
+    f"{_error}): one node uses a twice. Count the edges (child, index) into a's AccumulateGrad "
+    "node, not the nodes that use it: a * a has two.",
 )
 _other = torch.randn(3, 3, requires_grad=True)
-_n = count_uses((_other @ _x).sum(), _W)
+_n, _error = attempt(count_uses, (_other @ _x).sum(), _W)
 check(
     _n == 0,
-    f"count_uses(loss, W) on a loss made from another tensor: W is not in it, count_uses should "
-    f"return 0, got {_n}. Count only edges into the AccumulateGrad of W itself "
-    "(child.variable is W).",
+    "count_uses(loss, W) on a loss made from another tensor should return 0, since W is not in "
+    f"it (yours: {_n}; the error: {_error}). Count only edges into the AccumulateGrad of W "
+    "itself (child.variable is W).",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -491,6 +516,15 @@ _hint = (
     "(a * a) is."
 )
 _gen = torch.Generator().manual_seed(32)
+
+
+def _number(count):
+    """A count as a float, or what kind of thing came back instead."""
+    if isinstance(count, int | float) or (isinstance(count, torch.Tensor) and count.numel() == 1):
+        return float(count)
+    return repr(type(count))
+
+
 _counts = {}
 for _k in torch.randint(2, 9, (3,), generator=_gen).tolist():
     _W = torch.randn(4, 4, requires_grad=True, generator=_gen)
@@ -498,7 +532,7 @@ for _k in torch.randint(2, 9, (3,), generator=_gen).tolist():
     for _ in range(_k):
         _t = torch.tanh(_W @ _t)
         _t = _t + _t  # every step's result is used twice
-    _counts[f"chain of {_k} steps"] = float(count_uses(_t.sum(), _W))
+    _counts[f"chain of {_k} steps"] = _number(count_uses(_t.sum(), _W))
 observe(
     "count_uses(loss, W) on random chains of tanh(W @ h) whose every result is used twice",
     _counts,
@@ -517,8 +551,8 @@ observe(
     f"count_uses(loss, W) where u = W @ x feeds {_m} branches and W is used {_k} more times, "
     "and on a loss without W",
     {
-        "u in branches, W used again": float(count_uses(_loss, _W)),
-        "W not in the loss": float(count_uses((_other @ _x).sum(), _W)),
+        "u in branches, W used again": _number(count_uses(_loss, _W)),
+        "W not in the loss": _number(count_uses((_other @ _x).sum(), _W)),
     },
     rtol=0,
     atol=0,
@@ -530,7 +564,7 @@ for _m in torch.randint(2, 7, (2,), generator=_gen).tolist():
     _p = _a * _a  # one node with two edges into a's AccumulateGrad
     for _ in range(_m - 2):
         _p = _p * _a
-    _counts[f"a multiplied {_m} times"] = float(count_uses(_p.sum(), _a))
+    _counts[f"a multiplied {_m} times"] = _number(count_uses(_p.sum(), _a))
 observe(
     "count_uses(loss, a) on loss = (a * a * ... * a).sum()", _counts, rtol=0, atol=0, hint=_hint
 )
@@ -546,9 +580,9 @@ for _ in range(12):  # a long ladder of shared intermediates
 observe(
     f"count_uses on a Linear layer applied {_r} times, and on a ladder of 12 shared intermediates",
     {
-        "Linear weight": float(count_uses(_z.sum(), _middle.weight)),
-        "Linear bias": float(count_uses(_z.sum(), _middle.bias)),
-        "W under the ladder": float(count_uses(_t.sum(), _W)),
+        "Linear weight": _number(count_uses(_z.sum(), _middle.weight)),
+        "Linear bias": _number(count_uses(_z.sum(), _middle.bias)),
+        "W under the ladder": _number(count_uses(_t.sum(), _W)),
     },
     rtol=0,
     atol=0,
@@ -654,9 +688,9 @@ for _branches in ([1], [1, 2, 2]):
     _, _error = attempt(sgd_train, _net, _x, _branches, lr=0.1)
     check(
         _error is None,
-        f"sgd_train(net, x, {_branches}, lr=0.1) on a new TwoBranch net raised an error: "
-        f"{_error}. If it is about NoneType: a layer that a step does not use has .grad None "
-        "there; skip it (if p.grad is not None).",
+        f"sgd_train(net, x, branches, lr=0.1) on a new TwoBranch net raised an error (branches: "
+        f"{_branches}; the error: {_error}); call it in a cell to see the whole message. Note "
+        "that a layer a step does not use has .grad None there: skip it (if p.grad is not None).",
     )
     _runs[len(_branches)] = _net
 
@@ -777,6 +811,13 @@ def _grads_of(model, loss):
     return list(torch.autograd.grad(loss, list(model.parameters())))
 
 
+def _grad_list(got):
+    """Is `got` a list of tensors shaped like the parameters of nn.Linear(3, 2)?"""
+    return isinstance(got, list) and [
+        tuple(_g.shape) if isinstance(_g, torch.Tensor) else None for _g in got
+    ] == [(2, 3), (2,)]
+
+
 def _close_all(got, want):
     return all(torch.allclose(g, w, rtol=0, atol=1e-10) for g, w in zip(got, want, strict=True))
 
@@ -797,11 +838,11 @@ for _n, _micro in ((8, 2), (10, 4)):
     _got, _error = attempt(accumulated_grads, _model, _X, _y, _micro)
     check(
         _error is None,
-        f"accumulated_grads(model, X, y, micro={_micro}) with N={_n} rows, on an nn.Linear(3, 2), "
-        f"raised an error: {_error}.",
+        f"accumulated_grads(model, X, y, micro) on an nn.Linear(3, 2) (micro={_micro}, N={_n} "
+        f"rows) raised an error (the error: {_error}); call it in a cell to see the whole message.",
     )
     check(
-        isinstance(_got, list) and [getattr(_g, "shape", None) for _g in _got] == _shapes,
+        _grad_list(_got),
         f"accumulated_grads(model, X, y, micro={_micro}) on an nn.Linear(3, 2) should return a "
         "list with one gradient tensor per parameter, shaped like it: [weight's, bias's].",
     )
@@ -817,16 +858,17 @@ for _n, _micro in ((8, 2), (10, 4)):
     _chunks = -(-_n // _micro)
     check(
         abs(_ratio - _chunks) > 1e-6,
-        f"accumulated_grads(model, X, y, micro={_micro}) with N={_n} rows: the gradients are "
-        f"{_chunks} times too large, one big-batch gradient per micro-batch. Each micro-batch "
-        "loss is a mean over its own rows: scale it by len(chunk) / len(X) before backward().",
+        f"accumulated_grads(model, X, y, micro) (micro={_micro}, N={_n} rows): the gradients "
+        f"are too large by the number of micro-batches (the factor: {_chunks}), one big-batch "
+        "gradient per micro-batch. Each micro-batch loss is a mean over its own rows: scale it "
+        "by len(chunk) / len(X) before backward().",
     )
     check(
         abs(_ratio - _y.shape[1]) > 1e-6,
-        f"accumulated_grads(model, X, y, micro={_micro}) with N={_n} rows: the gradients are "
-        f"{_y.shape[1]} times too large. F.mse_loss averages over every element of y (rows times "
-        f"its {_y.shape[1]} columns), so a sum divided by the number of rows is too big: scale "
-        "each micro-batch's mean loss by len(chunk) / len(X).",
+        f"accumulated_grads(model, X, y, micro) (micro={_micro}, N={_n} rows): the gradients "
+        f"are too large by the number of columns of y (the factor: {_y.shape[1]}). F.mse_loss "
+        "averages over every element of y, rows times columns, so a sum divided by the number "
+        "of rows is too big: scale each micro-batch's mean loss by len(chunk) / len(X).",
     )
     if _n % _micro:
         _model.zero_grad()
@@ -836,28 +878,41 @@ for _n, _micro in ((8, 2), (10, 4)):
         _by_count = [_p.grad.clone() for _p in _model.parameters()]
         check(
             not _close_all(_got, _by_count),
-            f"accumulated_grads(model, X, y, micro={_micro}) with N={_n} rows: the last "
+            f"accumulated_grads(model, X, y, micro) (micro={_micro}, N={_n} rows): the last "
             "micro-batch is smaller here, and its loss got the same weight as the others. Scale "
             "each loss by len(chunk) / len(X), not by 1 / (number of micro-batches).",
         )
     _X_changed = _X.clone()
     _X_changed[-1] += 1.0  # the last row belongs to the last micro-batch
     _model.zero_grad()
-    _got_changed = accumulated_grads(_model, _X_changed, _y, _micro)
+    _got_changed, _error = attempt(accumulated_grads, _model, _X_changed, _y, _micro)
+    check(
+        _error is None and _grad_list(_got_changed),
+        f"accumulated_grads(model, X, y, micro) (micro={_micro}, N={_n} rows), called again on "
+        "an X whose last row changed, raised an error or returned no list of two gradients: "
+        f"call it twice in a cell to see why (the error: {_error}).",
+    )
     check(
         not _close_all(_got_changed, _got),
-        f"accumulated_grads(model, X, y, micro={_micro}) with N={_n} rows: changing the last row "
-        "of X did not change the gradients, so the last micro-batch never reached backward(). "
-        "Loop over range(0, len(X), micro): it covers every row (the last chunk may be smaller).",
+        f"accumulated_grads(model, X, y, micro) (micro={_micro}, N={_n} rows): changing the "
+        "last row of X did not change the gradients, so the last micro-batch never reached "
+        "backward(). Loop over range(0, len(X), micro): it covers every row, the last chunk "
+        "may be smaller.",
     )
     check(
         _close_all(_got, _want),
-        f"accumulated_grads(model, X, y, micro={_micro}) with N={_n} rows: the accumulated "
+        f"accumulated_grads(model, X, y, micro) (micro={_micro}, N={_n} rows): the accumulated "
         "gradients differ from the gradient of F.mse_loss(model(X), y). Call backward() once per "
         "micro-batch of consecutive rows, on its F.mse_loss scaled by len(chunk) / len(X).",
     )
     _model(_X).sum().backward()  # .grad is not empty now
-    _again = accumulated_grads(_model, _X, _y, _micro)
+    _again, _error = attempt(accumulated_grads, _model, _X, _y, _micro)
+    check(
+        _error is None and _grad_list(_again),
+        f"accumulated_grads(model, X, y, micro={_micro}), called on a model whose .grad already "
+        "holds a gradient, raised an error or returned no list of two gradients: call it on "
+        f"such a model in a cell to see why (the error: {_error}).",
+    )
     check(
         _close_all(_again, _want),
         f"accumulated_grads(model, X, y, micro={_micro}) on a model whose .grad already holds "
@@ -887,8 +942,14 @@ for _n, _micro, _outputs in (
     for _p in _model.parameters():
         _p.grad = torch.full_like(_p, 3.0)  # stale gradients must be cleared
     _got = accumulated_grads(_model, _X, _y, _micro)
+    if not isinstance(_got, list | tuple):
+        _got = [f"not a list: {type(_got).__name__}"]
+    _got = [_g if isinstance(_g, torch.Tensor) else repr(type(_g)) for _g in _got]
     _names = [_name for _name, _ in _model.named_parameters()]
-    _record = {f"grad of {_pn}": _g.detach().clone() for _pn, _g in zip(_names, _got, strict=False)}
+    _record = {
+        f"grad of {_pn}": _g.detach().clone() if isinstance(_g, torch.Tensor) else _g
+        for _pn, _g in zip(_names, _got, strict=False)
+    }
     _record["number of gradients"] = len(_got)
     _model(_X).sum().backward()  # a later backward() adds into every p.grad
     for _pn, _g in zip(_names, _got, strict=False):

@@ -119,8 +119,9 @@ with warnings.catch_warnings():
     _result, _error = attempt(node_gradients, _w1, _w2, _x)
 check(
     _error is None,
-    f"node_gradients(w1=2, w2=2, x=4) raised an error: {_error}. (retain_grad() works only on "
-    "a tensor in the graph: not on a detach()ed one.)",
+    f"node_gradients(w1=2, w2=2, x=4) raised an error (the error: {_error}); call it in a cell "
+    "to see the whole message. Note that retain_grad() works only on a tensor in the graph, "
+    "not on a detach()ed one.",
 )
 check(
     isinstance(_result, tuple) and len(_result) == 2,
@@ -140,8 +141,11 @@ check(
     "inside the function (torch.autograd.grad does not fill .grad)?",
 )
 check(
-    isinstance(_g1, torch.Tensor) and isinstance(_g2, torch.Tensor),
-    "node_gradients(w1=2, w2=2, x=4) should return the two .grad tensors themselves, not numbers.",
+    isinstance(_g1, torch.Tensor)
+    and isinstance(_g2, torch.Tensor)
+    and _g1.numel() == _g2.numel() == 1,
+    "node_gradients(w1=2, w2=2, x=4) should return the two .grad tensors themselves, one number "
+    "each here, not Python numbers nor other tensors.",
 )
 check(
     not (abs(_g2.item() - 64) < 1e-6 and abs(_x.grad.item() - 256) < 1e-6),
@@ -150,20 +154,20 @@ check(
 )
 check(
     abs(_g2.item() - 32) < 1e-6,
-    f"node_gradients(w1=2, w2=2, x=4): the gradient of the second y should be 2 * y = 32, got "
-    f"{_g2.item()}.",
+    "node_gradients(w1=2, w2=2, x=4): the gradient of the second y should be 2 * y = 32, and "
+    f"yours is not (yours: {_g2.item()}): return the .grad of the node that out = y ** 2 used.",
 )
 check(
     abs(_g1.item() - 64) < 1e-6,
-    f"node_gradients(w1=2, w2=2, x=4): the gradient of the first y should be 2 * y * w2 = 64, "
-    f"got {_g1.item()}. If you got 32, you returned the second node's gradient twice: after "
-    "`y = w2 * y` the name y points to the new node, not the first one.",
+    "node_gradients(w1=2, w2=2, x=4): the gradient of the first y should be 2 * y * w2 = 64, "
+    f"and yours is not (yours: {_g1.item()}). If it is 32, you returned the second node's "
+    "gradient twice: after `y = w2 * y` the name y points to the new node, not the first one.",
 )
 check(
     abs(_x.grad.item() - 128) < 1e-6,
-    f"node_gradients(w1=2, w2=2, x=4): x.grad should be 2 * y * w2 * w1 = 128 afterwards, got "
-    f"{_x.grad.item()}: compute y = w1 * x, then y = w2 * y, then out = y ** 2, and call "
-    "out.backward() once.",
+    "node_gradients(w1=2, w2=2, x=4): x.grad should be 2 * y * w2 * w1 = 128 afterwards, and "
+    f"it is not (yours: {_x.grad.item()}): compute y = w1 * x, then y = w2 * y, then "
+    "out = y ** 2, and call out.backward() once.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -176,7 +180,8 @@ for _case in range(1, 5):
         _x = _c.clone()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _g1, _g2 = node_gradients(_w1, _w2, _x)
+        _result = node_gradients(_w1, _w2, _x)
+    _g1, _g2 = _result if isinstance(_result, tuple) and len(_result) == 2 else ("not a pair",) * 2
     _input = "x a constant" if _case == 4 else "all three require grad"
     observe(
         f"node_gradients(w1, w2, x) on random float64 scalars, {_input} (case {_case} of 4): "
@@ -292,8 +297,8 @@ _out, _error = attempt(broken, _x)
 check(
     _error is None,
     "broken(x) on a vector x that requires grad failed before backward(): it must run forward "
-    f"and fail only in backward(). PyTorch said: {_error} "
-    "(change the output of torch.tanh in place, not the leaf x).",
+    "and fail only in backward(), so change the output of torch.tanh in place, not the leaf x "
+    f"(PyTorch said: {_error}).",
 )
 check(
     isinstance(_out, torch.Tensor) and _out.dim() == 0,
@@ -304,9 +309,10 @@ check(
     "broken(x) changed x itself: leave the input alone.",
 )
 check(
-    torch.allclose(_out.detach(), (3 * torch.tanh(_x_before)).sum()),
-    f"broken(x) on a vector of 4 should still compute sum(3 * tanh(x)) = "
-    f"{(3 * torch.tanh(_x_before)).sum():.4f}, got {_out.item():.4f}.",
+    torch.allclose(_out.detach().double(), (3 * torch.tanh(_x_before)).sum().double()),
+    "broken(x) on a vector of 4 should still compute sum(3 * tanh(x)), and its value is "
+    f"another (yours: {_out.item():.4f}; the right sum: "
+    f"{(3 * torch.tanh(_x_before)).sum():.4f}).",
 )
 check(
     _out.requires_grad,
@@ -324,8 +330,8 @@ check(
 )
 check(
     "modified by an inplace operation" in _raised,
-    "broken(x).backward() failed, but not with the version counter error. PyTorch said: "
-    f"{_raised}.",
+    "broken(x).backward() failed, but not with the version counter error: run it in a cell "
+    f"to see the whole message (PyTorch said: {_raised}).",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -334,11 +340,13 @@ _gen = torch.Generator().manual_seed(41)
 for _case, _shape in enumerate(((7,), (3, 4), (1,)), start=1):
     _x = torch.randn(_shape, dtype=torch.float64, requires_grad=True, generator=_gen)
     _out = broken(_x)
+    if not isinstance(_out, torch.Tensor):
+        _out = torch.tensor(float("nan"))  # the judge reports a difference, not a crash here
     _requires_grad = _out.requires_grad
     _raised = None
     try:
         _out.backward()
-    except RuntimeError as _error:
+    except Exception as _error:
         _raised = str(_error)
     _what = "no error"
     if _raised is not None:
@@ -378,8 +386,8 @@ _x_before = _x.detach().clone()
 _out, _error = attempt(fixed, _x)
 check(
     _error is None,
-    "fixed(x) on a vector x that requires grad raised an error in the forward pass. PyTorch "
-    f"said: {_error}.",
+    "fixed(x) on a vector x that requires grad raised an error in the forward pass: call it "
+    f"in a cell to see the whole message (PyTorch said: {_error}).",
 )
 check(
     isinstance(_out, torch.Tensor) and _out.dim() == 0,
@@ -387,9 +395,9 @@ check(
 )
 check(torch.equal(_x.detach(), _x_before), "fixed(x) changed x itself: leave the input alone.")
 check(
-    torch.allclose(_out.detach(), (3 * torch.tanh(_x_before)).sum()),
-    f"fixed(x) on a vector of 4 should compute sum(3 * tanh(x)) = "
-    f"{(3 * torch.tanh(_x_before)).sum():.4f}, got {_out.item():.4f}.",
+    torch.allclose(_out.detach().double(), (3 * torch.tanh(_x_before)).sum().double()),
+    "fixed(x) on a vector of 4 should compute sum(3 * tanh(x)), and its value is another "
+    f"(yours: {_out.item():.4f}; the right sum: {(3 * torch.tanh(_x_before)).sum():.4f}).",
 )
 check(
     _out.requires_grad,
@@ -398,18 +406,24 @@ check(
     "gradient at all. Make a new tensor instead of changing the saved one.",
 )
 _, _raised = attempt(_out.backward)
-check(_raised is None, f"fixed(x).backward() still fails. PyTorch said: {_raised}.")
+check(
+    _raised is None,
+    "fixed(x).backward() still fails: run it in a cell to see the whole message, and give "
+    f"autograd a tensor nobody changes in place (PyTorch said: {_raised}).",
+)
 _expected = 3 * (1 - torch.tanh(_x_before) ** 2)
 check(
     _x.grad is not None,
     "after fixed(x).backward(), x.grad is None: the result is not connected to x through tanh "
-    "(a detach() somewhere, followed by requires_grad_()?).",
+    "(a detach(), .item() or torch.tensor(...) somewhere, followed by requires_grad_() or "
+    "requires_grad=True?).",
 )
 check(
     torch.allclose(_x.grad, _expected, atol=1e-6),
-    f"after fixed(x).backward(), x.grad should be 3 * (1 - tanh(x)**2) = {_expected}, got "
-    f"{_x.grad}. The value is right, so part of the computation is hidden from autograd: a "
-    "change made through .data, or a detach(), is not recorded.",
+    "after fixed(x).backward(), x.grad should be 3 * (1 - tanh(x)**2), and it is not (yours: "
+    f"{_x.grad}; the right gradient: {_expected}). The value is right, so part of the "
+    "computation is hidden from autograd: a change made through .data, or a detach(), is not "
+    "recorded.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -418,6 +432,8 @@ _gen = torch.Generator().manual_seed(42)
 for _case, _shape in enumerate(((2, 5), (9,), (2, 3, 2)), start=1):
     _x = torch.randn(_shape, dtype=torch.float64, requires_grad=True, generator=_gen)
     _out = fixed(_x)
+    if not isinstance(_out, torch.Tensor):
+        _out = torch.tensor(float("nan"))  # the judge reports a difference, not a crash here
     observe(
         f"fixed(x) on a random float64 tensor of shape {_shape} (case {_case} of 3)",
         {"out": _out.detach(), "out.requires_grad": _out.requires_grad},
@@ -427,7 +443,7 @@ for _case, _shape in enumerate(((2, 5), (9,), (2, 3, 2)), start=1):
     _raised = False
     try:
         _out.backward()
-    except RuntimeError:
+    except Exception:
         _raised = True
     observe(
         f"fixed(x).backward() in case {_case}: what it left in x",
@@ -502,16 +518,16 @@ _ids, _ptrs = (id(_w), id(_b)), (_w.data_ptr(), _b.data_ptr())
 _, _error = attempt(sgd_step, [_w, _b], 0.1)
 check(
     _error is None,
-    "sgd_step([w, b], lr=0.1) raised an error. If PyTorch complains about 'a leaf Variable that "
-    "requires grad is being used in an in-place operation', do the update inside "
-    f"`with torch.no_grad():`. PyTorch said: {_error}.",
+    "sgd_step([w, b], lr=0.1) raised an error: call it in a cell to see the whole message. If "
+    "PyTorch complains about 'a leaf Variable that requires grad is being used in an in-place "
+    f"operation', do the update inside `with torch.no_grad():` (PyTorch said: {_error}).",
 )
 check(
     torch.allclose(_w.detach(), torch.tensor([0.9, 2.1, 2.8])) and abs(_b.item() - 0.1) < 1e-6,
-    f"sgd_step([w, b], lr=0.1): expected w = [0.9, 2.1, 2.8] and b = 0.1 after the step, got "
-    f"w = {_w.detach()} and b = {_b.item():.4f}. Update every parameter of the list, in place "
-    "(p -= lr * p.grad, or p.sub_(...)): `p = p - lr * p.grad` only rebinds the loop variable, "
-    "and the update must use the gradient before it is reset.",
+    "sgd_step([w, b], lr=0.1): expected w = [0.9, 2.1, 2.8] and b = 0.1 after the step, and "
+    f"they are not (yours: w = {_w.detach()}, b = {_b.item():.4f}). Update every parameter of "
+    "the list in place, p -= lr * p.grad or p.sub_(...): `p = p - lr * p.grad` only rebinds "
+    "the loop variable, and the update must use the gradient before it is reset.",
 )
 check(
     _w.is_leaf and _w.requires_grad and _b.is_leaf and _b.requires_grad,
@@ -594,24 +610,27 @@ _b = torch.tensor(-0.5, requires_grad=True)
 _, _error = attempt(sgd_step, [_w, _b], 0.1)
 check(
     _error is None,
-    f"sgd_step([w, b], lr=0.1) raised an error (see the check above). PyTorch said: {_error}.",
+    "sgd_step([w, b], lr=0.1) raised an error: call it in a cell to see the whole message, "
+    f"and see the check above (PyTorch said: {_error}).",
 )
 check(
     _w.grad is None or torch.count_nonzero(_w.grad).item() == 0,
-    f"sgd_step([w, b], lr=0.1): afterwards w.grad should be zeros (or None), got {_w.grad}. "
-    "Reset the gradient of every parameter of the list, inside the loop (p.grad.zero_(), with "
-    "the parentheses), so the next backward() does not add to it.",
+    "sgd_step([w, b], lr=0.1): afterwards w.grad should be zeros or None, and it is not (yours: "
+    f"{_w.grad}). Reset the gradient of every parameter of the list, inside the loop "
+    "(p.grad.zero_(), with the parentheses), so the next backward() does not add to it.",
 )
 check(
     _b.grad is None or _b.grad.item() == 0,
-    f"sgd_step([w, b], lr=0.1): afterwards b.grad, the last parameter's, should be zero (or "
-    f"None), got {_b.grad}. Reset the gradient of every parameter of the list, inside the loop.",
+    "sgd_step([w, b], lr=0.1): afterwards b.grad, the last parameter's, should be zero or None, "
+    f"and it is not (yours: {_b.grad}). Reset the gradient of every parameter of the list, "
+    "inside the loop.",
 )
 ((_w * torch.tensor([-2.0, 0.5])).sum() + _b * 3).backward()
 check(
     torch.equal(_w.grad, torch.tensor([-2.0, 0.5])) and _b.grad.item() == 3.0,
-    f"after sgd_step and one more backward(), w.grad and b.grad should be the new loss's "
-    f"gradients [-2.0, 0.5] and 3.0, got {_w.grad} and {_b.grad}.",
+    "after sgd_step and one more backward(), w.grad and b.grad should be the new loss's "
+    f"gradients [-2.0, 0.5] and 3.0, and they are not (yours: {_w.grad} and {_b.grad}): "
+    "print them after each call to see where the old gradient stays.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -819,8 +838,8 @@ _w_before = _w.detach().clone()
 _loss, _error = attempt(bootstrap_loss, _w, _s, 1.0, _s_next, 0.5)
 check(
     _error is None,
-    "bootstrap_loss(w, s, r=1.0, s_next, gamma=0.5) on the 3-vectors above raised an error: "
-    f"{_error}.",
+    "bootstrap_loss(w, s, r=1.0, s_next, gamma=0.5) on the 3-vectors above raised an error "
+    f"(the error: {_error}); call it in a cell to see the whole message.",
 )
 _pred, _target = -0.5, 1.0 + 0.5 * 3.0
 check(
@@ -830,9 +849,10 @@ check(
 )
 check(
     abs(_loss.item() - (_pred - _target) ** 2) < 1e-5,
-    "bootstrap_loss(w, s, r=1.0, s_next, gamma=0.5): the loss (v(s) - target)**2 should be "
-    f"{(_pred - _target) ** 2}, got {_loss.item():.4f}, with v(s) = w . s = {_pred} and "
-    f"target = r + gamma * w . s_next = {_target}.",
+    "bootstrap_loss(w, s, r=1.0, s_next, gamma=0.5): the loss should be (v(s) - target)**2, "
+    "with v(s) = w . s and target = r + gamma * w . s_next, and its value is another (yours: "
+    f"{_loss.item():.4f}; the right loss: {(_pred - _target) ** 2}, v of s: {_pred}, target: "
+    f"{_target}).",
 )
 check(
     _w.requires_grad and torch.equal(_w.detach(), _w_before),
@@ -845,7 +865,12 @@ check(
     "bootstrap_loss(...) does not require a gradient: detach only the target, not the "
     "prediction or the whole loss.",
 )
-_loss.backward()
+_, _error = attempt(_loss.backward)
+check(
+    _error is None,
+    "bootstrap_loss(...).backward() raised an error: call it in a cell to see the whole "
+    f"message (the error: {_error}).",
+)
 check(
     _w.grad is not None,
     "after bootstrap_loss(...).backward(), w.grad is None: the prediction w . s must be "
@@ -856,19 +881,20 @@ _through_both = 2 * (_pred - _target) * (_s - 0.5 * _s_next)
 _only_target = 2 * (_pred - _target) * (-0.5 * _s_next)
 check(
     not torch.allclose(_w.grad, _through_both),
-    f"after bootstrap_loss(...).backward(), w.grad = {_w.grad} also contains the gradient "
-    "through the target (gamma * w . s_next). Detach the target's use of w so the target is a "
-    "constant for this step.",
+    "after bootstrap_loss(...).backward(), w.grad also contains the gradient through the "
+    f"target, gamma * w . s_next (yours: {_w.grad}). Detach the target's use of w so the "
+    "target is a constant for this step.",
 )
 check(
     not torch.allclose(_w.grad, _only_target),
-    f"after bootstrap_loss(...).backward(), w.grad = {_w.grad} flows through the target only: "
-    "you detached the prediction instead of the target.",
+    "after bootstrap_loss(...).backward(), w.grad flows through the target only: you detached "
+    f"the prediction instead of the target (yours: {_w.grad}).",
 )
 check(
     torch.allclose(_w.grad, _only_pred),
-    f"after bootstrap_loss(...).backward(), w.grad should be 2 * (v(s) - target) * s = "
-    f"{_only_pred}, got {_w.grad}.",
+    "after bootstrap_loss(...).backward(), w.grad should be 2 * (v(s) - target) * s, and it is "
+    f"not (yours: {_w.grad}; the right gradient: {_only_pred}): print both gradients "
+    "with the cell below this exercise.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -880,6 +906,8 @@ for _case, (_gamma, _n) in enumerate(((0.9, 5), (0.5, 1), (0.99, 9), (0.0, 4), (
     _s_next = torch.randn(_n, dtype=torch.float64, generator=_gen)
     _r = torch.randn((), generator=_gen).item()
     _loss = bootstrap_loss(_w, _s, _r, _s_next, _gamma)
+    if not isinstance(_loss, torch.Tensor):
+        _loss = torch.tensor(float("nan"))  # the judge reports a difference, not a crash here
     observe(
         f"bootstrap_loss(w, s, r, s_next, gamma={_gamma}) on random float64 vectors of {_n} "
         f"(case {_case} of 5)",
@@ -887,7 +915,8 @@ for _case, (_gamma, _n) in enumerate(((0.9, 5), (0.5, 1), (0.99, 9), (0.0, 4), (
         hint="Return (w . s - (r + gamma * w . s_next)) ** 2 as a scalar tensor; detach only "
         "the target, so that the loss still requires a gradient.",
     )
-    _loss.backward()
+    if _loss.requires_grad:
+        _loss.backward()
     observe(
         f"bootstrap_loss(...).backward() in case {_case}: what it left in w",
         {"w.grad": _w.grad, "w": _w.detach(), "w.requires_grad": _w.requires_grad},
