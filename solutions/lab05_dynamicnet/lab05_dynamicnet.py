@@ -337,6 +337,17 @@ def reference_forward(model, x, depth, middle_weights=None):
     return F.log_softmax(model.output_linear(h), dim=1)
 
 
+def loss_grads(model, out, target):
+    """Row sums of each parameter's gradient (None: no gradient) after backward of
+    F.nll_loss(out, target), or a sentence when `out` is not in the autograd graph."""
+    model.zero_grad(set_to_none=True)
+    if not isinstance(out, torch.Tensor) or out.grad_fn is None:
+        return "the output is not in the autograd graph (no grad_fn)"
+    _, error = attempt(lambda: F.nll_loss(out, target).backward())
+    grads = {name: p.grad for name, p in sorted(model.named_parameters())}
+    return error or {name: g if g is None else g.double().sum(-1) for name, g in grads.items()}
+
+
 def random_weights(model, gen, scale=True):
     """Fill the weights of `model` from the generator `gen` (not from the global RNG)."""
     with torch.no_grad():
@@ -352,17 +363,16 @@ _x, _y = torch.randn(6, 1, 28, 28), torch.randint(0, 10, (6,))
 _out, _error = attempt(_model, _x)
 check(
     _error is None,
-    f"DynamicNet failed on a batch of 6 images of shape (6, 1, 28, 28) with {_error}. Does "
-    "forward flatten x to (batch, 784) before input_linear, which expects 784 inputs?",
+    f"DynamicNet raised an error on a batch of 6 images of shape (6, 1, 28, 28) (the error: {_error}): does forward flatten x to (batch, 784) before input_linear, which expects 784?",
 )
 check(
     _model.rng.calls == 1,
-    f"forward(x) called self.rng.randint {_model.rng.calls} times: with no depth given, draw "
-    "it once, from self.rng (not from the module random).",
+    f"With no depth given, forward(x) should draw the depth once, from self.rng.randint (not from the module random); it drew another number of times ({_model.rng.calls} calls).",
 )
+_shape = tuple(_out.shape) if isinstance(_out, torch.Tensor) else type(_out).__name__
 check(
-    isinstance(_out, torch.Tensor) and tuple(_out.shape) == (6, 10),
-    f"For 6 images the output should be a tensor of shape (6, 10), got {getattr(_out, 'shape', _out)}.",
+    _shape == (6, 10),
+    f"For 6 images forward should return a tensor of shape (6, 10), one row per image (yours: {_shape}).",
 )
 check(
     torch.allclose(_out.exp().sum(1), torch.ones(6), atol=1e-5),
@@ -372,13 +382,13 @@ for _depth in range(4):
     _out, _error = attempt(_model, _x, depth=_depth)
     check(
         _error is None and _model.last_depth == _depth,
-        f"forward(x, depth={_depth}) should set last_depth to {_depth}; it gave last_depth "
-        f"{_model.last_depth} ({_error or 'no error'}). Use the depth you are given.",
+        f"forward(x, depth=d) should run and set last_depth to d, the depth it is given (d = {_depth}, last_depth = {_model.last_depth}, error: {_error}); call it in a cell of your own to see.",
     )
     check(
-        torch.allclose(_out, reference_forward(_model, _x, _depth), atol=1e-5),
-        f"At depth {_depth} the output differs from input_linear -> ReLU -> {_depth} x (middle_linear -> ReLU) "
-        "-> output_linear -> log_softmax. Is there a ReLU after output_linear, or a different layer reused?",
+        isinstance(_out, torch.Tensor)
+        and _out.shape == (6, 10)
+        and torch.allclose(_out, reference_forward(_model, _x, _depth), atol=1e-5),
+        f"The output at a given depth differs from input_linear -> ReLU -> depth x (middle_linear -> ReLU) -> output_linear -> log_softmax (at depth {_depth}): a ReLU after output_linear, or a layer not reused?",
     )
 check(
     _model.rng.calls == 1,
@@ -389,12 +399,16 @@ _model.rng, _draws = CountingRandom(7), random.Random(7)
 _depths = [attempt(_model, _x)[0] is not None and _model.last_depth for _ in range(20)]
 check(
     _depths == [_draws.randint(0, 6) for _ in range(20)],
-    f"With max_depth=6 and net.rng = CountingRandom(7), 20 calls drew the depths {_depths}: "
-    "draw with self.rng.randint(0, self.max_depth), which includes both ends, not a fixed 3.",
+    f"With max_depth=6 and net.rng = CountingRandom(7), 20 calls drew other depths than self.rng.randint(0, self.max_depth) (yours: {_depths}): use it, both ends included.",
 )
 # The shared layer's gradient is the sum of the gradients of its three uses.
 _model.zero_grad(set_to_none=True)
-F.nll_loss(_model(_x, depth=3), _y).backward()
+_out = _model(_x, depth=3)
+check(
+    isinstance(_out, torch.Tensor) and _out.grad_fn is not None,
+    "The output of forward(x, depth=3) is not in the autograd graph (it has no grad_fn), so training cannot reach the layers: keep every step in the graph (no .detach() or .data).",
+)
+F.nll_loss(_out, _y).backward()
 _copies = [_model.middle_linear.weight.detach().clone().requires_grad_() for _ in range(3)]
 F.nll_loss(reference_forward(_model, _x, 3, _copies), _y).backward()
 _summed = sum(_c.grad for _c in _copies)
@@ -425,24 +439,24 @@ for _seed in range(20):
     _given = _seed % 4 if _seed % 3 == 0 else None
     _out = _model(_x) if _given is None else _model(_x, depth=_given)
     observe(
-        f"DynamicNet(hidden=40, d_out=7, max_depth=5) forward with rng=CountingRandom({_seed}) "
-        f"and depth={_given} on {_n} random {_kind}",
+        f"DynamicNet(hidden=40, d_out=7, max_depth=5) forward with rng=CountingRandom({_seed}) and depth={_given} on {_n} random {_kind}",
         {"last_depth": _model.last_depth, "randint calls": _model.rng.calls, "output": _out},
         atol=1e-6,
-        hint="With no depth given, draw it with one self.rng.randint(0, self.max_depth); with "
-        "one given, draw nothing. Apply middle_linear and a ReLU that many times, and put no "
-        "ReLU after output_linear.",
+        hint="With no depth given, draw it with one self.rng.randint(0, self.max_depth); with one given, draw nothing. Apply middle_linear and a ReLU that many times, and put no ReLU after output_linear.",
     )
 _x, _y = torch.randn(7, 784, generator=_gen), torch.randint(0, 7, (7,), generator=_gen)
 _v = torch.randn(40, generator=_gen, dtype=torch.float64)
-_model.zero_grad(set_to_none=True)
-F.nll_loss(_model(_x, depth=3), _y).backward()
-_w, _b = _model.middle_linear.weight.grad, _model.middle_linear.bias.grad
+_grads = loss_grads(_model, _model(_x, depth=3), _y)
+_w = _model.middle_linear.weight.grad
+_record = {
+    "gradients": _grads,
+    "middle_linear.weight.grad @ v": _w if _w is None else _w.double() @ _v,
+}
 observe(
-    "middle_linear's gradients after backward through a depth-3 pass on 7 random inputs",
-    {"weight gradient @ v": None if _w is None else _w.double() @ _v, "bias gradient": _b},
+    "each parameter's gradient (row sums) after backward through a depth-3 pass on 7 random inputs",
+    _record,
     atol=1e-6,
-    hint="All three uses must be the same middle_linear layer, so that its .grad adds them up.",
+    hint="Keep every step in the graph (no .detach(), .data or re-wrapping), and make all three uses the same middle_linear layer, so that its .grad adds them up.",
 )
 ### END HIDDEN TESTS
 
@@ -452,8 +466,11 @@ _model.rng = CountingRandom(1)  # its first draw would be 1, not 0
 _out, _error = attempt(_model, torch.randn(4, 784), depth=0)
 check(
     _error is None,
-    f"DynamicNet failed on 4 flat inputs of shape (4, 784) with {_error}: a batch that is "
-    "already flat must work too.",
+    f"DynamicNet raised an error on 4 flat inputs of shape (4, 784), at depth 0 (the error: {_error}): a batch that is already flat must work too.",
+)
+check(
+    isinstance(_out, torch.Tensor) and _out.shape == (4, 10) and _out.grad_fn is not None,
+    "At depth 0 forward should return a (4, 10) tensor in the autograd graph, with a grad_fn: keep every step in the graph (no .detach() or .data), and return log_softmax's result.",
 )
 F.nll_loss(_out, torch.tensor([1, 2, 3, 4])).backward()
 check(
@@ -462,8 +479,7 @@ check(
 )
 check(
     _model.middle_linear.weight.grad is None and _model.middle_linear.bias.grad is None,
-    "At depth 0 the middle layer is not in the graph, so its .grad should stay None. "
-    "Is it applied at least once whatever the depth?",
+    "At depth 0 the middle layer is not in the graph, so its .grad should stay None. Is it applied at least once whatever the depth?",
 )
 check(
     _model.input_linear.weight.grad is not None and _model.output_linear.weight.grad is not None,
@@ -477,18 +493,16 @@ _model = DynamicNet(hidden=24)
 for _seed in range(8):  # the seeds draw the depths 3, 1, 0, 1, 1, 2, 0, 2
     _n = 2 + _seed % 3
     _model.rng = CountingRandom(_seed)
-    _model.zero_grad(set_to_none=True)
-    _x = torch.randn(_n, 784, generator=_gen)
-    F.nll_loss(_model(_x), torch.arange(_n)).backward()
+    _grads = loss_grads(_model, _model(torch.randn(_n, 784, generator=_gen)), torch.arange(_n))
     _record = {"last_depth": _model.last_depth, "randint calls": _model.rng.calls}
-    _record["parameters with grad None"] = sorted(
-        _name for _name, _p in _model.named_parameters() if _p.grad is None
+    _none = (
+        _grads if isinstance(_grads, str) else sorted(_k for _k, _g in _grads.items() if _g is None)
     )
+    _record["parameters with grad None"] = _none
     observe(
         f"backward through DynamicNet(hidden=24) with rng=CountingRandom({_seed}) on {_n} random inputs",
         _record,
-        hint="A layer the pass does not use stays out of the graph: at depth 0 middle_linear "
-        "must not be applied at all, so its .grad stays None.",
+        hint="A layer the pass does not use stays out of the graph: at depth 0 middle_linear must not be applied at all, so its .grad stays None.",
     )
 ### END HIDDEN TESTS
 
@@ -526,8 +540,7 @@ _x, _y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
 _grads, _error = attempt(per_use_grads, _model, _x, _y, 3)
 check(
     _error is None,
-    f"per_use_grads failed at depth 3 on a batch of 8 images of shape (8, 1, 28, 28) with "
-    f"{_error}. Does it flatten x to (batch, 784) before input_linear?",
+    f"per_use_grads raised an error at depth 3 on a batch of 8 images of shape (8, 1, 28, 28) (the error: {_error}): does it flatten x to (batch, 784) before input_linear?",
 )
 check(
     isinstance(_grads, list) and len(_grads) == 3,
@@ -535,32 +548,26 @@ check(
 )
 check(
     all(isinstance(_g, torch.Tensor) and _g.shape == (100, 100) for _g in _grads),
-    "Each entry should be the (100, 100) gradient of one copy: did you call backward() and "
-    "return each copy's .grad? (A copy made with .clone() alone is not a leaf, so its .grad "
-    "stays None: detach it first.)",
+    "Each entry should be the (100, 100) gradient of one copy: did you call backward() and return each copy's .grad? (A copy made with .clone() alone is not a leaf, so its .grad stays None: detach it first.)",
 )
 check(
     not torch.allclose(_grads[0], _grads[2]),
-    "The first and the third use got the same gradient: give each use its own copy of the "
-    "weight (a separate tensor per use), so that each copy's .grad holds only its own use's "
-    "contribution. One copy used three times collects the sum of all three.",
+    "The first and the third use got the same gradient: give each use its own copy of the weight (a separate tensor per use), so that each copy's .grad holds only its own use's contribution. One copy used three times collects the sum of all three.",
 )
 _whole = _model.middle_linear.weight.detach().clone().requires_grad_()
 F.nll_loss(reference_forward(_model, _x, 3, [_whole] * 3), _y).backward()
 check(
     torch.allclose(sum(_grads), _whole.grad, atol=1e-6),
-    "The per-use gradients should add up to the gradient of the shared weight. Same layers, "
-    "ReLUs and loss as DynamicNet?",
+    "The per-use gradients should add up to the gradient of the shared weight. Same layers, ReLUs and loss as DynamicNet?",
 )
 check(
     _model.middle_linear.weight.grad is None,
-    "per_use_grads sent a gradient into model.middle_linear.weight itself: use detached copies "
-    "of the weight, so that the model's own weight stays out of this graph.",
+    "per_use_grads sent a gradient into model.middle_linear.weight itself: use detached copies of the weight, so that the model's own weight stays out of this graph.",
 )
 _empty, _error = attempt(per_use_grads, _model, _x, _y, 0)
 check(
-    _error is None and _empty == [],
-    f"At depth 0 there is no use, so the list should be empty; got {_empty if _error is None else _error}.",
+    _error is None and isinstance(_empty, list) and _empty == [],
+    f"At depth 0 there is no use of the middle layer, so per_use_grads should return an empty list (yours returned {type(_empty).__name__}, error: {_error}).",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -573,20 +580,17 @@ for _depth in (0, 1, 2, 3):
     _x = torch.randn(5, 1, 28, 28, generator=_gen)
     _y = torch.randint(0, 10, (5,), generator=_gen)
     _grads = per_use_grads(_model, _x, _y, _depth)
+    _grads = list(_grads) if isinstance(_grads, (list, tuple)) else ["not a list"]
+    _ok = [_g if isinstance(_g, torch.Tensor) and _g.shape == (30, 30) else None for _g in _grads]
     _record = {"number of gradients": len(_grads)}
-    _record["each gradient @ v"] = [None if _g is None else _g.double() @ _v for _g in _grads]
-    _record["each gradient's sum"] = [None if _g is None else _g.double().sum() for _g in _grads]
-    _record["model's own middle_linear.weight.grad is None"] = (
-        _model.middle_linear.weight.grad is None
-    )
+    _record["each gradient @ v"] = [_g if _g is None else _g.double() @ _v for _g in _ok]
+    _record["each gradient's sum"] = [_g if _g is None else _g.double().sum() for _g in _ok]
+    _record["model's middle_linear.weight.grad is None"] = _model.middle_linear.weight.grad is None
     observe(
-        f"per_use_grads(model, x, target, {_depth}) on three_layers(hidden=30) "
-        "with random weights and 5 random images",
+        f"per_use_grads(model, x, target, {_depth}) on three_layers(hidden=30) with random weights and 5 random images",
         _record,
         atol=1e-6,
-        hint="Give each use its own detached copy of middle_linear.weight (with "
-        "middle_linear.bias), with DynamicNet's ReLUs and loss, and return the copies' .grad in "
-        "the order of use.",
+        hint="Give each use its own detached copy of middle_linear.weight (with middle_linear.bias), with DynamicNet's ReLUs and loss, and return the copies' .grad in the order of use.",
     )
 ### END HIDDEN TESTS
 
@@ -782,16 +786,16 @@ for _coin in range(4):
     _result, _error = attempt(unused_layers, _model, _coin)
     check(
         _error is None,
-        f"FixedBranchingNet failed with coin {_coin} on 32 digits of shape (32, 784) with {_error}.",
+        f"FixedBranchingNet, or backward through its output, raised an error on 32 digits (coin {_coin}, the error: {_error}): run unused_layers(FixedBranchingNet(), coin) to see it.",
     )
     _shape, _unused = _result
     check(
         tuple(_shape) == (32, 10),
-        f"With coin {_coin} the output has shape {tuple(_shape)}, not (32, 10): apply output_linear in every branch.",
+        f"The output should have the shape (32, 10) in every branch: apply output_linear in every branch (coin {_coin}, shape {tuple(_shape)}).",
     )
     check(
         "output_linear" not in _unused,
-        f"With coin {_coin}, output_linear got no gradient: it must be used in every branch.",
+        f"output_linear got no gradient in one branch: it must be used in every branch (coin {_coin}).",
     )
 # Test weights under which every branch gives a different hidden value: input_linear gives 1
 # in every unit, middle_wide then middle_back double it, middle_same adds 3. output_linear
@@ -816,10 +820,7 @@ for _coin, _value in enumerate([1, 4, 2, 5]):
     _want = F.log_softmax(0.1 * _value * torch.arange(10.0), dim=0)
     check(
         tuple(_got.shape) == (2, 10) and torch.allclose(_got[0], _want, atol=1e-4),
-        f"With coin {_coin} the wrong layers ran, or in the wrong order. Under test weights where "
-        "input_linear gives 1, middle_wide then middle_back double a value and middle_same adds "
-        f"3, output_linear should receive {_value}, by {_paths[_coin]}; yours received about "
-        f"{_seen:.3g}. Does each branch use exactly its own layers, in this order?",
+        f"In one branch the wrong layers ran, or in the wrong order. Under test weights where input_linear gives 1, middle_wide then middle_back double a value and middle_same adds 3 (coin {_coin}: output_linear should receive {_value}, by {_paths[_coin]}; yours received about {_seen:.3g}), does each branch use exactly its own layers, in order?",
     )
 with torch.no_grad():
     _model.output_linear.weight.zero_()
@@ -827,8 +828,7 @@ with torch.no_grad():
 _out = _model(torch.randn(3, 784), coin=3)
 check(
     torch.allclose(_out[0], F.log_softmax(-torch.arange(1.0, 11.0), dim=0), atol=1e-5),
-    "With all scores negative the output should be log_softmax of those scores; yours looks clipped to 0. "
-    "Remove the ReLU between output_linear and log_softmax.",
+    "With all scores negative the output should be log_softmax of those scores; yours looks clipped to 0. Remove the ReLU between output_linear and log_softmax.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -843,19 +843,18 @@ for _seed in range(12):
         f"FixedBranchingNet forward with rng=random.Random({_seed}) on 4 random inputs",
         _model(_x),
         atol=1e-6,
-        hint="Each branch uses its own layers in order (3: middle_wide, middle_back, then "
-        "middle_same), then output_linear, then log_softmax with no ReLU in between.",
+        hint="Each branch uses its own layers in order (3: middle_wide, middle_back, then middle_same), then output_linear, then log_softmax with no ReLU in between.",
     )
 with torch.no_grad():  # weights <= 0 on activations >= 0, biases < 0: every score is negative
     _model.output_linear.weight.copy_(-0.1 * torch.rand(10, 100, generator=_gen))
     _model.output_linear.bias.copy_(-1.0 - torch.rand(10, generator=_gen))
 for _coin in range(4):
-    _x = torch.randn(3, 784, generator=_gen)
+    _out = _model(torch.randn(3, 784, generator=_gen), coin=_coin)
     observe(
-        f"FixedBranchingNet forward with coin {_coin} on 3 random inputs, every score negative",
-        _model(_x, coin=_coin),
+        f"FixedBranchingNet forward with coin {_coin} on 3 random inputs, every score negative, and each parameter's gradient (row sums) after backward of nll_loss",
+        {"output": _out, "gradients": loss_grads(_model, _out, torch.arange(3))},
         atol=1e-6,
-        hint="Negative scores must reach log_softmax unchanged: no ReLU after output_linear.",
+        hint="Negative scores must reach log_softmax unchanged: no ReLU after output_linear; and every layer of the branch stays in the graph (no .detach(), .data or re-wrapping).",
     )
 ### END HIDDEN TESTS
 
@@ -864,12 +863,14 @@ _expected = {0: ["middle_wide", "middle_back", "middle_same"], 1: ["middle_wide"
 _expected |= {2: ["middle_same"], 3: []}
 for _coin, _names in _expected.items():
     _result, _error = attempt(unused_layers, FixedBranchingNet(), _coin)
-    check(_error is None, f"FixedBranchingNet failed with coin {_coin} with {_error}.")
+    check(
+        _error is None,
+        f"FixedBranchingNet, or backward through its output, raised an error on 32 digits (coin {_coin}, the error: {_error}): run unused_layers(FixedBranchingNet(), coin) to see it.",
+    )
     _shape, _unused = _result
     check(
         sorted(_unused) == sorted(_names),
-        f"With coin {_coin} the layers left with grad None should be {_names}, got {_unused}: "
-        "does each branch use exactly its own layers?",
+        f"After backward through one branch the layers left with grad None should be those the branch does not use (coin {_coin}: {_names}; yours: {_unused}): does each branch use exactly its own?",
     )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -878,16 +879,14 @@ _gen = torch.Generator().manual_seed(57)
 _model = FixedBranchingNet()
 for _seed in range(8):  # the seeds draw the coins 3, 1, 0, 1, 1, 2, 0, 2
     _n = 2 + _seed % 3
-    _model.zero_grad(set_to_none=True)
     _model.rng = random.Random(_seed)
     _out = _model(torch.randn(_n, 784, generator=_gen))
-    F.nll_loss(_out, torch.arange(_n)).backward()
-    _none = sorted(_name for _name, _layer in _model.named_children() if _layer.weight.grad is None)
+    _grads = loss_grads(_model, _out, torch.arange(_n))
+    _none = _grads if isinstance(_grads, str) else [_k for _k, _g in _grads.items() if _g is None]
     observe(
         f"backward through FixedBranchingNet with rng=random.Random({_seed}) on {_n} random inputs",
-        {"output shape": list(_out.shape), "layers left with grad None": _none},
-        hint="Each branch uses exactly its own middle layers, and output_linear is used in "
-        "every branch.",
+        {"output shape": list(getattr(_out, "shape", [-1])), "params with grad None": _none},
+        hint="Each branch uses exactly its own middle layers, and output_linear is used in every branch.",
     )
 ### END HIDDEN TESTS
 
@@ -983,7 +982,10 @@ with torch.no_grad():  # a net whose middle layer doubles a positive activation
     _model.middle_linear.weight.copy_(2 * torch.eye(100))
     _model.middle_linear.bias.zero_()
 _out, _error = attempt(_model, torch.randn(4, 784))
-check(_error is None, f"NormLoopNet failed on 4 random inputs of shape (4, 784) with {_error}.")
+check(
+    _error is None,
+    f"NormLoopNet raised an error on 4 random inputs of shape (4, 784) (the error: {_error}): call it in a cell of your own to see the whole message.",
+)
 check(
     isinstance(_out, torch.Tensor)
     and tuple(_out.shape) == (4, 10)
@@ -992,20 +994,19 @@ check(
 )
 check(
     _model.last_depth == 5,
-    f"The norm starts at 1 and doubles each step: 1, 2, 4, 8, 16 are below 20, so 5 steps; you took {_model.last_depth}.",
+    f"The norm starts at 1 and doubles each step: 1, 2, 4, 8, 16 are below 20, so the loop should take 5 steps and store 5 in last_depth (yours: {_model.last_depth}).",
 )
 _model.target_norm = 3.0
 _model(torch.randn(4, 784))
 check(
     _model.last_depth == 2,
-    f"With target_norm 3 the loop should stop after 2 steps (norm 4 >= 3), you took {_model.last_depth}.",
+    f"With target_norm 3 the loop should stop after 2 steps, when the norm 4 is no longer below 3 (yours: {_model.last_depth} steps).",
 )
 _model.target_norm = 0.5
 _model(torch.zeros(4, 784))  # the input does not matter here
 check(
     _model.last_depth == 0,
-    "With target_norm 0.5 the norm is 1 before any step, already above the target, so the loop "
-    f"should take 0 steps; you took {_model.last_depth}. Test the condition before each step.",
+    f"With target_norm 0.5 the norm is 1 before any step, already above the target, so the loop should take 0 steps (yours: {_model.last_depth}): test the condition before each step.",
 )
 with torch.no_grad():
     _model.middle_linear.weight.zero_()  # the norm never grows: only the bound stops the loop
@@ -1013,7 +1014,7 @@ _model.target_norm = 20.0
 _model(torch.randn(2, 784))
 check(
     _model.last_depth == _model.max_steps,
-    f"When the norm never reaches the target the loop must stop after max_steps = {_model.max_steps} steps; you took {_model.last_depth}.",
+    f"When the norm never reaches the target the loop must stop after max_steps steps (max_steps = {_model.max_steps}, yours: {_model.last_depth} steps).",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -1022,8 +1023,7 @@ _gen = torch.Generator().manual_seed(55)
 
 
 def _loop_net(_bias, _factor, _weight=0.0):
-    """A NormLoopNet whose input layer gives `_bias` (plus `_weight` @ x) and whose middle
-    layer multiplies the activations by `_factor`."""
+    """A NormLoopNet: its input layer gives `_bias` (+ `_weight` @ x), its middle one times `_factor`."""
     _net = NormLoopNet()
     with torch.no_grad():
         _net.input_linear.weight.copy_(_weight * torch.ones(100, 784))
@@ -1044,11 +1044,9 @@ for _target, _max in _limits + [(1000.0, 8), (1000.0, 1), (1000.0, 0)]:
     _model(_x)
     _steps[f"target_norm {_target:g}, max_steps {_max}"] = _model.last_depth
 observe(
-    "NormLoopNet's last_depth at and beside its limits, on a net whose rows start at norm "
-    "exactly 1 and whose middle layer doubles them",
+    "NormLoopNet's last_depth at and beside its limits, on a net whose rows start at norm exactly 1 and whose middle layer doubles them",
     _steps,
-    hint="Loop while the mean norm is strictly below target_norm (equal stops it) and fewer "
-    "than max_steps steps were taken; a bound of 0 means no step at all.",
+    hint="Loop while the mean norm is strictly below target_norm (equal stops it) and fewer than max_steps steps were taken; a bound of 0 means no step at all.",
 )
 _model = _loop_net(0.1, 3)  # h = 0.1 everywhere (norm 1 per row), tripled by each step
 with torch.no_grad():
@@ -1063,12 +1061,10 @@ observe(
     atol=1e-6,
     hint="Finish like DynamicNet: output_linear, then log_softmax with no ReLU in between.",
 )
-_model.zero_grad(set_to_none=True)
-F.nll_loss(_out, torch.tensor([1, 2, 3])).backward()
-_w = _model.middle_linear.weight.grad
+_grads = loss_grads(_model, _out, torch.tensor([1, 2, 3]))
 observe(
     "row sums of middle_linear.weight.grad after backward through that output",
-    None if _w is None else _w.sum(1),
+    _grads.get("middle_linear.weight") if isinstance(_grads, dict) else _grads,
     atol=1e-6,
     hint="Apply the model's own middle_linear in the loop, inside the graph.",
 )
@@ -1082,8 +1078,7 @@ for _target, _max in [(30.0, 9), (100.0, 9), (1000.0, 9), (5000.0, 6)]:
 observe(
     "NormLoopNet's last_depth on 3 random inputs whose rows have different norms",
     _steps,
-    hint="The loop tests the mean over the batch of the rows' norms, h.norm(dim=1).mean(), "
-    "not the norm of the whole matrix, nor the largest row's.",
+    hint="The loop tests the mean over the batch of the rows' norms, h.norm(dim=1).mean(), not the norm of the whole matrix, nor the largest row's.",
 )
 ### END HIDDEN TESTS
 
@@ -1115,21 +1110,23 @@ with tempfile.TemporaryDirectory() as _folder:
     _path = os.path.join(_folder, "dynamic.pt")
     _source = three_layers()  # any module with these layers: not your DynamicNet
     _loaded, _error = attempt(save_and_load, _source, _path)
-    check(_error is None, f"save_and_load(model, path) failed with {_error}.")
+    check(
+        _error is None,
+        f"save_and_load(model, path) raised an error (the error: {_error}): call it in a cell of your own, on a model and a file name, to see the whole message.",
+    )
     check(
         os.path.isfile(_path),
         "save_and_load should write the state_dict to the file `path` with torch.save.",
     )
     check(
         isinstance(_loaded, NormLoopNet),
-        f"save_and_load should return a new NormLoopNet, got {type(_loaded).__name__}.",
+        f"save_and_load should return a new NormLoopNet, loaded with the saved weights (yours returned a {type(_loaded).__name__}).",
     )
     check(_loaded is not _source, "Return a new model, not the one you were given.")
     _mine, _saved = _loaded.state_dict(), _source.state_dict()
     check(
         _mine.keys() == _saved.keys() and all(torch.equal(_mine[_k], _saved[_k]) for _k in _saved),
-        "The new model's parameters differ from the saved ones: did you call load_state_dict "
-        "with what torch.load read?",
+        "The new model's parameters differ from the saved ones: did you call load_state_dict with what torch.load read?",
     )
     ### BEGIN HIDDEN TESTS
     from grader_observe import observe
@@ -1139,32 +1136,35 @@ with tempfile.TemporaryDirectory() as _folder:
     random_weights(_source, _gen, scale=False)
     _path = os.path.join(_folder, "hidden.pt")
     _loaded = save_and_load(_source, _path)
-    _saved = torch.load(_path)
-    _sums = {_k: _t.double().sum() for _k, _t in sorted(_saved.items())}
+    _saved = attempt(torch.load, _path)[0] if os.path.isfile(_path) else None
+    _saved = _saved if isinstance(_saved, dict) else {}
+
+    def _each(d):  # the sum of each tensor of a dict
+        return {k: t.double().sum() if torch.is_tensor(t) else None for k, t in sorted(d.items())}
+
+    _sums = _each(_saved)
     observe(
-        "what torch.load reads from the file that save_and_load(model, path) wrote, for "
-        "three_layers() with random weights",
+        "what torch.load reads from the file that save_and_load(model, path) wrote, for three_layers() with random weights",
         {"keys": sorted(_saved), "sum of each tensor": _sums},
         atol=1e-6,
         hint="Save model.state_dict() itself with torch.save(model.state_dict(), path).",
     )
-    _sums = {_k: _t.double().sum() for _k, _t in sorted(_loaded.state_dict().items())}
+    _state = _loaded.state_dict() if isinstance(_loaded, nn.Module) else {}
+    _sums = _each(_state)
     observe(
         "the model save_and_load returns for those layers",
         {"type": type(_loaded).__name__, "sum of each tensor": _sums},
         atol=1e-6,
-        hint="Create a new NormLoopNet, call its load_state_dict with what torch.load read, "
-        "and return it.",
+        hint="Create a new NormLoopNet, call its load_state_dict with what torch.load read, and return it.",
     )
     with torch.no_grad():
         for _p in _source.parameters():
             _p.add_(1.0)
     observe(
         "sum of each tensor of the returned model after the source model's weights were changed",
-        {_k: _t.double().sum() for _k, _t in sorted(_loaded.state_dict().items())},
+        _each(_state),
         atol=1e-6,
-        hint="The returned model must hold its own copies of the weights, not the source "
-        "model's tensors.",
+        hint="The returned model must hold its own copies of the weights, not the source model's tensors.",
     )
     ### END HIDDEN TESTS
 

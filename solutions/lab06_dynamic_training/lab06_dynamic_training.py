@@ -143,22 +143,21 @@ def _seeded(_module, _seed, _scale=0.5):
 _out, _error = attempt(unrolled_depth2, dict(net.named_parameters()), x)
 check(
     _error is None and isinstance(_out, torch.Tensor) and _out.shape == (16, 3),
-    "unrolled_depth2(p, x) on the net above and x of shape (16, 5) should return the "
-    f"log-probabilities, a tensor of shape (16, 3) (error: {_error}). A linear layer computes "
-    "x @ W.T + b.",
+    f"unrolled_depth2(p, x) on the net above and x of shape (16, 5) should return the log-probabilities, a tensor of shape (16, 3) (error: {_error}). A linear layer computes x @ W.T + b.",
+)
+check(
+    _out.grad_fn is not None,
+    "unrolled_depth2 returned a tensor outside the autograd graph (no grad_fn), so no gradient reaches p: build it from p's tensors, with no .detach(), .data or torch.tensor(...).",
 )
 _static = gradients(F.nll_loss(_out, y), list(net.parameters()))
 check(
     all(_g is not None for _g in _static),
-    "Some parameter got no gradient through unrolled_depth2: every one of the six tensors in p "
-    "should be used.",
+    "Some parameter got no gradient through unrolled_depth2: every one of the six tensors in p should be used.",
 )
 _gap = max((_u - _v).abs().max().item() for _u, _v in zip(dynamic, _static, strict=True))
 check(
     _gap < 1e-12,
-    f"The gradients differ from net(x, 2) by up to {_gap:.1e}. Apply the middle layer twice, "
-    "a ReLU after the input layer and after each middle layer, then log_softmax over dim 1 "
-    "on the output layer, with no ReLU before it.",
+    f"The gradients through unrolled_depth2 differ from those through net(x, 2) (by up to {_gap:.1e}): apply the middle layer twice, a ReLU after the input layer and after each middle layer, then log_softmax over dim 1 on the output layer, with no ReLU before it.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -168,17 +167,17 @@ for _seed in range(3):
     _gen = torch.Generator().manual_seed(600 + _seed)
     _x = torch.randn(9, 4, dtype=torch.float64, generator=_gen)
     _out = unrolled_depth2(dict(_net.named_parameters()), _x)
-    _grads = gradients(
-        F.nll_loss(_out, torch.randint(0, 5, (9,), generator=_gen)), [*_net.parameters()]
-    )
+    _y9 = torch.randint(0, 5, (9,), generator=_gen)
+    _ok = isinstance(_out, torch.Tensor) and _out.shape == (9, 5)
+    _grads = "no graph: no grad_fn"  # recorded as it is when the output is not in the graph
+    if _ok and _out.grad_fn is not None:
+        _grads = list(gradients(F.nll_loss(_out, _y9), [*_net.parameters()]))
     observe(
-        f"unrolled_depth2(p, x) on random DynamicNet(4, 6, 5) parameters (draw {_seed}) and 9 "
-        "random inputs: the log-probabilities, and the gradients of nll_loss",
-        {"log-probabilities": _out.detach(), "gradients": list(_grads)},
+        f"unrolled_depth2(p, x) on random DynamicNet(4, 6, 5) parameters (draw {_seed}) and 9 random inputs: the log-probabilities, and the gradients of nll_loss",
+        {"log-probabilities": _out.detach() if _ok else "not a (9, 5) tensor", "gradients": _grads},
         rtol=1e-9,
         atol=1e-12,
-        hint="A ReLU after the input layer and after each of the two middle layers, the same "
-        "middle weights twice, and log_softmax(dim=1) of the output layer, no ReLU before it.",
+        hint="A ReLU after the input layer and after each of the two middle layers, the same middle weights twice, and log_softmax(dim=1) of the output layer, no ReLU before it.",
     )
 ### END HIDDEN TESTS
 
@@ -243,32 +242,29 @@ for _grads in [[_g1, _g2], [_g2, None], [_g1, _g1]]:  # parameter 1 sits out ste
         break
 check(
     _error is None and isinstance(_buffers, list) and len(_buffers) == 2,
-    f"sgd_momentum_step on two (40, 30) parameters should return a list of two buffers (error: "
-    f"{_error}).",
+    f"sgd_momentum_step on two (40, 30) parameters should return a list of two buffers (error: {_error}).",
 )
 check(
     torch.allclose(_ref[0], _mine[0], rtol=1e-12, atol=1e-12),
-    "After three steps your first parameter is not where torch.optim.SGD puts it: on step 1 the "
-    "buffer is the gradient itself, later it is momentum * buffer + gradient, and each step "
-    "subtracts lr * buffer, in place, from every parameter of the list.",
+    "After three steps your first parameter is not where torch.optim.SGD puts it: on step 1 the buffer is the gradient itself, later it is momentum * buffer + gradient, and each step subtracts lr * buffer, in place, from every parameter of the list.",
 )
 print("Identical to torch.optim.SGD bit for bit (not graded):", torch.equal(_ref[0], _mine[0]))
 check(
     torch.allclose(_ref[1], _mine[1], rtol=1e-12, atol=1e-12),
-    "A parameter whose .grad was None on step 2 ended elsewhere than torch.optim.SGD puts it. "
-    "SGD skips such a parameter entirely: no update, and its buffer kept as it was (not None, "
-    "which would restart the momentum, and not a zero gradient).",
+    "A parameter whose .grad was None on step 2 ended elsewhere than torch.optim.SGD puts it. SGD skips such a parameter entirely: no update, and its buffer kept as it was (not None, which would restart the momentum, and not a zero gradient).",
 )
 _p = nn.Parameter(torch.zeros(5, dtype=torch.float64))
 _p.grad = torch.ones(5, dtype=torch.float64)
-_buffers = sgd_momentum_step([_p], [None], 0.1, 0.9)
+_buffers, _error = attempt(sgd_momentum_step, [_p], [None], 0.1, 0.9)
+check(
+    isinstance(_buffers, list) and len(_buffers) == 1 and isinstance(_buffers[0], torch.Tensor),
+    f"sgd_momentum_step on one parameter and [None] should return a list holding one buffer, a tensor (error: {_error}); call it in a cell of your own to see what it returns.",
+)
 _kept = _buffers[0].clone()
 _p.grad.mul_(-2.0)  # what the next backward does to .grad: it changes it in place
 check(
     torch.equal(_buffers[0], _kept),
-    "The buffer you returned after a first step changed when .grad was changed in place "
-    "afterwards, as the next backward() does: it must be a copy of the gradient "
-    "(p.grad.clone()), not the .grad tensor itself.",
+    "The buffer you returned after a first step changed when .grad was changed in place afterwards, as the next backward() does: it must be a copy of the gradient (p.grad.clone()), not the .grad tensor itself.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -290,6 +286,7 @@ for _lr, _mu, _grads in _runs:
         for _p, _g in zip(_params, _step, strict=True):
             _p.grad = None if _g is None else _g.clone()
         _buffers = sgd_momentum_step(_params, _buffers, _lr, _mu)
+        _buffers = _buffers if isinstance(_buffers, list) and len(_buffers) == 3 else ["?"] * 3
         for _p in _params:  # as the next backward would: a buffer that is the .grad changes too
             if _p.grad is not None:
                 _p.grad.mul_(-2.0)
@@ -298,14 +295,11 @@ for _lr, _mu, _grads in _runs:
         for _s, _b in zip(_shapes, _buffers, strict=True)
     ]
     observe(  # to a tolerance: the same formula may round differently
-        f"sgd_momentum_step(params, buffers, lr={_lr}, momentum={_mu}): {len(_grads)} steps on "
-        "three random parameters of different shapes, some steps with .grad None",
+        f"sgd_momentum_step(params, buffers, lr={_lr}, momentum={_mu}): {len(_grads)} steps on three random parameters of different shapes, some steps with .grad None",
         {"parameters": [_p.detach() for _p in _params], "buffers (None read as zeros)": _read},
         rtol=1e-10,
         atol=1e-12,
-        hint="As torch.optim.SGD: the buffer is a clone of the gradient on the first step, "
-        "momentum * buffer + gradient later, then p -= lr * buffer in place; a parameter whose "
-        ".grad is None is skipped and keeps its buffer.",
+        hint="As torch.optim.SGD: the buffer is a clone of the gradient on the first step, momentum * buffer + gradient later, then p -= lr * buffer in place; a parameter whose .grad is None is skipped and keeps its buffer.",
     )
 ### END HIDDEN TESTS
 
@@ -373,21 +367,22 @@ def _drift_sgd(_set_to_none):
 
 
 (_drift, _error), _g_b = _drift_sgd(False)
-check(_error is None, f"unused_drift failed on a TwoBranch with SGD(momentum=0.9) with {_error}.")
-check(isinstance(_drift, float), "unused_drift should return a float (use .item()).")
+check(
+    _error is None,
+    f"unused_drift raised an error on a TwoBranch with SGD(momentum=0.9) (the error: {_error}): call it in a cell of your own to see the whole message.",
+)
+check(
+    isinstance(_drift, float),
+    "unused_drift should return a Python float, the norm of b's change: use .item().",
+)
 check(
     abs(_drift - 0.1 * 0.9 * _g_b) < 1e-6,
-    f"With set_to_none=False and momentum 0.9, branch b should move by lr * momentum * |g1| in "
-    f"step 2 (its gradient is zero, its momentum buffer is not); it moved {_drift:.4f}. If 0: "
-    "pass set_to_none to zero_grad (its default is True), and take b_before as a .clone() (else "
-    "it is the very tensor that step() changes). If larger: clear the gradients before step 2 "
-    "as well, and measure step 2 alone.",
+    f"With set_to_none=False and momentum 0.9, branch b should move by lr * momentum * |g1| in step 2 (its gradient is zero, its momentum buffer is not; yours moved {_drift:.4f}). Moved 0? Pass set_to_none to zero_grad (its default is True), and take b_before as a .clone() (else it is the very tensor that step() changes). Moved more? Clear the gradients before step 2 as well, and measure step 2 alone.",
 )
 (_drift, _error), _g_b = _drift_sgd(True)
 check(
     _drift == 0.0,
-    f"With set_to_none=True branch b's .grad is None in step 2, so SGD skips it, but it moved by "
-    f"{_drift}. Use coin=0 in step 2 and clear the gradients with set_to_none.",
+    f"With set_to_none=True branch b's .grad is None in step 2, so SGD skips it and b should not move (yours moved {_drift}): use coin=0 in step 2 and clear with set_to_none.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -401,13 +396,10 @@ for _label, _make in (
         _x = torch.randn(5, 3, generator=torch.Generator().manual_seed(12))
         _got, _b = unused_drift(_net, _make(_net.parameters()), _x, _stn), _net.b.weight
         observe(
-            f"unused_drift(net, {_label}, x, set_to_none={_stn}) on a random TwoBranch and 5 "
-            "random inputs",
+            f"unused_drift(net, {_label}, x, set_to_none={_stn}) on a random TwoBranch and 5 random inputs",
             {"returned drift of b": _got, "weights after": [_net.a.weight.detach(), _b.detach()]},
             atol=1e-6,
-            hint="Clear with optimizer.zero_grad(set_to_none=set_to_none) before each step, use "
-            "coin=2 then coin=0, and return the norm of b's change in step 2 alone (from a "
-            ".clone() taken just before it).",
+            hint="Clear with optimizer.zero_grad(set_to_none=set_to_none) before each step, use coin=2 then coin=0, and return the norm of b's change in step 2 alone (from a .clone() taken just before it).",
         )
 ### END HIDDEN TESTS
 
@@ -547,14 +539,12 @@ _pair, _error = attempt(widen_pair, _f, _s, 2)
 _two = isinstance(_pair, tuple) and len(_pair) == 2
 check(
     _error is None and _two and all(isinstance(_l, nn.Linear) for _l in _pair),
-    f"widen_pair(Linear(4, 3), Linear(3, 2), 2) should return a tuple of two nn.Linear layers "
-    f"(error: {_error}).",
+    f"widen_pair(Linear(4, 3), Linear(3, 2), 2) should return a tuple of two nn.Linear layers (error: {_error}).",
 )
 _nf, _ns = _pair
 check(
     _nf.weight.shape == (5, 4) and _ns.weight.shape == (2, 5),
-    f"Expected weights of shape (5, 4) and (2, 5), got {tuple(_nf.weight.shape)} and "
-    f"{tuple(_ns.weight.shape)}.",
+    f"widen_pair(Linear(4, 3), Linear(3, 2), 2) should return layers whose weights have the shapes (5, 4) and (2, 5) (yours: {tuple(_nf.weight.shape)}, {tuple(_ns.weight.shape)}).",
 )
 _now = [*_f.parameters(), *_s.parameters()]
 check(
@@ -565,54 +555,62 @@ _x = torch.randn(20, 4)
 _y = _ns(F.relu(_nf(_x)))
 check(
     (_y - _s(F.relu(_f(_x)))).abs().max().item() < 1e-6,
-    "The widened pair computes a different function: keep the old weights in the first rows of "
-    "the new first layer and the first columns of the new second layer, copy both old biases, "
-    "and make the new units' outgoing weights zero.",
+    "The widened pair computes a different function: keep the old weights in the first rows of the new first layer and the first columns of the new second layer, copy both old biases, and make the new units' outgoing weights zero.",
+)
+check(
+    _y.grad_fn is not None and _nf.weight.requires_grad and _ns.weight.requires_grad,
+    "The new layers' weights should require grad, as nn.Linear's do, so that training can update them: create them with nn.Linear and copy values in, without freezing them.",
 )
 _y.pow(2).sum().backward()
 check(
-    _ns.weight.grad[:, 3:].abs().sum().item() + _nf.weight.grad[3:].abs().sum().item() > 0,
-    "The new units get no gradient at all, so training can never switch them on: with zero "
-    "incoming AND zero outgoing weights they output relu(0) = 0 and pass back nothing. "
-    "Give them small random incoming weights.",
+    _ns.weight.grad is not None
+    and _nf.weight.grad is not None
+    and _ns.weight.grad[:, 3:].abs().sum().item() + _nf.weight.grad[3:].abs().sum().item() > 0,
+    "The new units get no gradient at all, so training can never switch them on: with zero incoming AND zero outgoing weights they output relu(0) = 0 and pass back nothing. Give them small random incoming weights.",
 )
 with torch.no_grad():
     for _p in [*_f.parameters(), *_s.parameters()]:
         _p.add_(1.0)
 check(
     torch.equal(_ns(F.relu(_nf(_x))), _y),
-    "After widen_pair returned, changing the old layers' weights changed what the new pair "
-    "computes: the new layers must hold copies of the old weights and biases, not the old "
-    "tensors themselves.",
+    "After widen_pair returned, changing the old layers' weights changed what the new pair computes: the new layers must hold copies of the old weights and biases, not the old tensors themselves.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
 
 for _a, _h, _b, _extra, _seed in [(6, 5, 4, 3, 1), (2, 1, 3, 4, 2), (5, 4, 2, 1, 3)]:
     _f, _s = _seeded(nn.Linear(_a, _h), 50 + _seed), _seeded(nn.Linear(_h, _b), 60 + _seed)
-    _nf, _ns = widen_pair(_f, _s, _extra)
+    _pair = widen_pair(_f, _s, _extra)
+    _name = f"widen_pair(Linear({_a}, {_h}), Linear({_h}, {_b}), extra={_extra}) on random layers"
+    if not (isinstance(_pair, tuple) and [type(_l) for _l in _pair] == [nn.Linear] * 2):
+        observe(_name, "not a pair of layers")
+        continue
+    _nf, _ns = _pair
     _x = torch.randn(200, _a, generator=torch.Generator().manual_seed(70 + _seed))
     _y = _ns(F.relu(_nf(_x)))
-    _y.pow(2).sum().backward()
+    if _y.grad_fn is not None:
+        _y.pow(2).sum().backward()
+    _gf, _gs = _nf.weight.grad, _ns.weight.grad
     _record = {  # the new units' incoming weights are random: only what every answer gives
         "new first weight shape": list(_nf.weight.shape),
         "new first weight and bias, old rows": [_nf.weight[:_h].detach(), _nf.bias[:_h].detach()],
         "new second weight and bias": [_ns.weight.detach(), _ns.bias.detach()],
         "old layers after the call": [_t.detach() for _t in (*_f.parameters(), *_s.parameters())],
         "output on 200 random inputs": _y.detach(),
-        "new outgoing weights with a nonzero gradient": int((_ns.weight.grad[:, _h:] != 0).sum()),
+        "new outgoing weights with a nonzero gradient": None
+        if _gs is None
+        else int((_gs[:, _h:] != 0).sum()),
+        "gradient of the old rows of the new first weight": None if _gf is None else _gf[:_h],
     }
     with torch.no_grad():
         for _p in [*_f.parameters(), *_s.parameters()]:
             _p.add_(1.0)
     _record["output after the old layers' weights were changed"] = _ns(F.relu(_nf(_x))).detach()
     observe(
-        f"widen_pair(Linear({_a}, {_h}), Linear({_h}, {_b}), extra={_extra}) on random layers",
+        _name,
         _record,
         atol=1e-6,
-        hint="Old weights and biases go, as copies, in the first rows of the new first layer and "
-        "the first columns of the new second layer (whose bias is the old one); the new units "
-        "get small random incoming and zero outgoing weights.",
+        hint="Old weights and biases go, as copies, in the first rows of the new first layer and the first columns of the new second layer (whose bias is the old one); the new units get small random incoming and zero outgoing weights.",
     )
 ### END HIDDEN TESTS
 
@@ -672,7 +670,9 @@ def _optimizer_record(_model, _opt):
         "orphaned state entries": sum(id(p) not in _names for p in _opt.state),
         "parameter shapes": {n: list(p.shape) for n, p in _model.named_parameters()},
         "state": {
-            n: dict(sorted(_opt.state[p].items())) if p in _opt.state else None
+            n: (dict(sorted(_opt.state[p].items())) if isinstance(_opt.state[p], dict) else "?")
+            if p in _opt.state
+            else None
             for n, p in _model.named_parameters()
         },
     }
@@ -709,41 +709,38 @@ _old = {
 }
 _made, _error = _grow_with_stand_in(_model, _opt, 3)
 check(
-    _error is None, f"grow(model, Adam, 3) on an MLP(h2=6) after 3 Adam steps failed with {_error}."
+    _error is None,
+    f"grow(model, Adam, 3) on an MLP(h2=6) after 3 Adam steps raised an error (the error: {_error}): call it in a cell of your own to see the whole message.",
 )
 _names = {id(_p): _n for _n, _p in _model.named_parameters()}
 check(
     _made == [(_model.fc2, _model.fc3)]
     and [_names.get(id(_p)) for _g in _opt.param_groups for _p in _g["params"]] == list(_old)
     and all(id(_p) in _names for _p in _opt.state),
-    "model.fc2 and model.fc3 should be the two layers that widen_pair(model.fc2, model.fc3, "
-    "extra) returns (call it once, by that name); param_groups should hold the model's "
-    "parameters, each new tensor where its old one was; and optimizer.state no entry for an "
-    "old tensor (pop it when you move it: nothing will ever use it).",
+    "model.fc2 and model.fc3 should be the two layers that widen_pair(model.fc2, model.fc3, extra) returns (call it once, by that name); param_groups should hold the model's parameters, each new tensor where its old one was; and optimizer.state no entry for an old tensor (pop it when you move it: nothing will ever use it).",
 )
 for _name, _p in _model.named_parameters():
     _shape, _state = _old[_name]
     _new, _idx = _opt.state.get(_p, {}), tuple(slice(0, _n) for _n in _shape)
+    _new = _new if isinstance(_new, dict) else {}
     check(
         all(
-            _k in _new
+            isinstance(_new.get(_k), torch.Tensor)
             and _new[_k].shape == _p.shape
             and torch.equal(_new[_k][_idx], _state[_k])
             and _new[_k].count_nonzero() == _state[_k].count_nonzero()
             for _k in ("exp_avg", "exp_avg_sq")
         )
-        and float(_new.get("step", -1)) == float(_state["step"]),
-        f"The new {_name}'s state should hold exp_avg and exp_avg_sq of its new shape, with the "
-        "old values bit for bit where the old weights are and zeros at the new units, and the "
-        "old step count (a reset step changes Adam's bias correction); fc1's state stays as it "
-        "was.",
+        and isinstance(_new.get("step"), torch.Tensor)
+        and float(_new["step"]) == float(_state["step"]),
+        f"A parameter's state after grow should hold exp_avg and exp_avg_sq of its new shape, with the old values bit for bit where the old weights are and zeros at the new units, and the old step count (a reset step changes Adam's bias correction); fc1's state stays as it was (the first one that does not: {_name}).",
     )
 _before = {_n: _p.detach().clone() for _n, _p in _model.named_parameters()}
-train(_model, _opt, _x, _y, 1)
+_result, _error = attempt(train, _model, _opt, _x, _y, 1)
 check(
-    all(not torch.equal(_p, _before[_n]) for _n, _p in _model.named_parameters()),
-    "After one more Adam step some parameter of the grown model did not move: the optimizer "
-    "must update the new tensors.",
+    _error is None
+    and all(not torch.equal(_p, _before[_n]) for _n, _p in _model.named_parameters()),
+    f"After one more Adam step some parameter of the grown model did not move, or the step raised an error (the error: {_error}): the optimizer must update the new tensors.",
 )
 _model = MLP()
 _opt = torch.optim.Adam(_model.parameters(), lr=0.01)  # no step taken: no state at all yet
@@ -753,9 +750,7 @@ check(
     and [id(_p) for _g in _opt.param_groups for _p in _g["params"]]
     == [id(_p) for _p in _model.parameters()]
     and len(_opt.state) == 0,
-    f"For an optimizer that has not taken a step yet (no entry in optimizer.state), grow should "
-    f"put the new tensors in param_groups and leave optimizer.state empty: skip a parameter "
-    f"without state (reading optimizer.state[old] creates an empty entry). Error: {_error}.",
+    f"For an optimizer that has not taken a step yet (no entry in optimizer.state), grow should put the new tensors in param_groups and leave optimizer.state empty: skip a parameter without state (reading optimizer.state[old] creates an empty entry) (error: {_error}).",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -769,17 +764,14 @@ for _seed, _extra, _h2 in [(5, 1, 2), (6, 5, 4), (7, 3, 4)]:
     train(_model, _opt, _x, _y, _steps)
     _grow_with_stand_in(_model, _opt, _extra)
     _record = _optimizer_record(_model, _opt)
-    train(_model, _opt, _x, _y, 1)
-    _record["parameters after one more Adam step"] = [_p.detach() for _p in _model.parameters()]
+    _error = attempt(train, _model, _opt, _x, _y, 1)[1]
+    _after = [_p.detach() for _p in _model.parameters()]
+    _record["parameters after one more Adam step"] = _after if _error is None else "raised"
     observe(
-        f"grow(model, Adam, extra={_extra}) on a random MLP(h2={_h2}) after {_steps} Adam steps "
-        "(the stand-in for widen_pair gives the new layers fixed weights): param_groups order, "
-        "orphaned state entries, each parameter's shape and state, then one more step",
+        f"grow(model, Adam, extra={_extra}) on a random MLP(h2={_h2}) after {_steps} Adam steps (the stand-in for widen_pair gives the new layers fixed weights): param_groups order, orphaned state entries, each parameter's shape and state, then one more step",
         _record,
         atol=1e-6,
-        hint="Put each new tensor where its old one was in param_groups, pop the old entries "
-        "(only those that exist), and give each new tensor the old exp_avg and exp_avg_sq bit "
-        "for bit (zeros at the new units) and a copy of the old step.",
+        hint="Put each new tensor where its old one was in param_groups, pop the old entries (only those that exist), and give each new tensor the old exp_avg and exp_avg_sq bit for bit (zeros at the new units) and a copy of the old step.",
     )
 ### END HIDDEN TESTS
 
@@ -869,14 +861,15 @@ _old = {
     for _n, _p in _model.named_parameters()
 }
 _result, _error = attempt(shrink, _model, _opt, [0, 2, 3, 5])
-check(_error is None, f"shrink(model, Adam, [0, 2, 3, 5]) on an MLP(h2=6) failed with {_error}.")
+check(
+    _error is None,
+    f"shrink(model, Adam, [0, 2, 3, 5]) on an MLP(h2=6) raised an error (the error: {_error}): call it in a cell of your own to see the whole message.",
+)
 with torch.no_grad():
     _ref.fc3.weight[:, [1, 4]] = 0.0  # the small model = the big one with those units silenced
 check(
     _model.fc2.out_features == 4 and (_model(_x) - _ref(_x)).abs().max().item() < 1e-6,
-    "The shrunk model should have 4 hidden units and compute the old one minus the dropped "
-    "units: keep the rows of fc2's weight and bias listed in keep, those columns of fc3's "
-    "weight, and all of fc3's bias.",
+    "The shrunk model should have 4 hidden units and compute the old one minus the dropped units: keep the rows of fc2's weight and bias listed in keep, those columns of fc3's weight, and all of fc3's bias.",
 )
 _ids = {id(_p) for _p in _model.parameters()}
 check(
@@ -886,9 +879,7 @@ check(
 )
 check(
     all(id(_p) in _ids for _p in _opt.state),
-    "optimizer.state has orphaned entries (state of tensors the model no longer has): pop the "
-    "old entries when you move them. Orphans waste memory, and optimizer.state_dict() fails "
-    "on them with a KeyError, so you could not save.",
+    "optimizer.state has orphaned entries (state of tensors the model no longer has): pop the old entries when you move them. Orphans waste memory, and optimizer.state_dict() fails on them with a KeyError, so you could not save.",
 )
 _k = torch.tensor([0, 2, 3, 5])
 for _name, _take in [
@@ -899,11 +890,14 @@ for _name, _take in [
 ]:
     _st = _opt.state.get(dict(_model.named_parameters())[_name], {})
     check(
-        all(
-            _s in _st and torch.equal(_st[_s], _take(_old[_name][_s]))
+        isinstance(_st, dict)
+        and all(
+            isinstance(_st.get(_s), torch.Tensor)
+            and _st[_s].shape == _take(_old[_name][_s]).shape
+            and torch.equal(_st[_s], _take(_old[_name][_s]))
             for _s in ("exp_avg", "exp_avg_sq")
         ),
-        f"The new {_name}'s exp_avg and exp_avg_sq should be the old ones, sliced like the weight.",
+        f"A new parameter's exp_avg and exp_avg_sq should be the old ones, sliced like its weight (the first that is not: {_name}).",
     )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -917,15 +911,12 @@ for _seed, _keep, _h2 in [(1, [1], 3), (2, [0, 1, 2, 3], 4), (8, [0, 3, 4], 6)]:
     shrink(_model, _opt, _keep)
     _record = _optimizer_record(_model, _opt)
     _record["parameters"] = {_n: _p.detach() for _n, _p in _model.named_parameters()}
-    _record["output on its 16 training inputs"] = _model(_x).detach()
+    _record["output on its 16 training inputs"] = attempt(_model, _x)[0]
     observe(
-        f"shrink(model, Adam, keep={_keep}) on a random MLP(h2={_h2}) after 3 Adam steps: "
-        "param_groups order, orphaned state entries, each parameter's shape, state and value",
+        f"shrink(model, Adam, keep={_keep}) on a random MLP(h2={_h2}) after 3 Adam steps: param_groups order, orphaned state entries, each parameter's shape, state and value",
         _record,
         atol=1e-6,
-        hint="fc2 keeps the rows listed in keep (weight and bias), fc3 those columns of its "
-        "weight and all of its bias; slice each state tensor the way its weight is sliced, put "
-        "the new tensors in param_groups, and pop every old entry.",
+        hint="fc2 keeps the rows listed in keep (weight and bias), fc3 those columns of its weight and all of its bias; slice each state tensor the way its weight is sliced, put the new tensors in param_groups, and pop every old entry.",
     )
 ### END HIDDEN TESTS
 
@@ -990,16 +981,14 @@ _model, _x = MLP(h2=10), torch.randn(7, 4)  # the shape of a grown MLP
 _back, _out, _after, _error = _restored(_model, _x)
 check(
     _error is None,
-    f"restore_mlp on the state dict of an MLP(h2=10) should return an MLP: {_error}. Read the "
-    "sizes from the shapes.",
+    f"restore_mlp on the state dict of an MLP(h2=10) should return an MLP, built with the sizes read from the shapes (the error: {_error}).",
 )
 check(
     torch.equal(_out, _model(_x)), "The restored model computes something else than the saved one."
 )
 check(
     torch.equal(_after, _out),
-    "Changing the state dict's tensors after restore_mlp returned changed the restored model: "
-    "it must hold its own copies (load_state_dict copies them; assign=True would not).",
+    "Changing the state dict's tensors after restore_mlp returned changed the restored model: it must hold its own copies (load_state_dict copies them; assign=True would not).",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -1008,19 +997,18 @@ for _seed, _sizes in [(9, dict(d_in=7, h1=2, h2=9, d_out=5)), (10, dict(h1=5, h2
     _model = _seeded(MLP(**_sizes), _seed)
     _x = torch.randn(7, _model.fc1.in_features, generator=torch.Generator().manual_seed(_seed))
     _back, _out, _after, _error = _restored(_model, _x)
-    _layers = [[_l.in_features, _l.out_features] for _l in (_back.fc1, _back.fc2, _back.fc3)]
+    _layers = _error or [
+        [_l.in_features, _l.out_features] for _l in (_back.fc1, _back.fc2, _back.fc3)
+    ]
     observe(
-        f"restore_mlp(state_dict) on the saved state of a random MLP({_sizes}): the layer sizes, "
-        "the output on 7 random inputs, before and after the state dict's tensors were changed",
+        f"restore_mlp(state_dict) on the saved state of a random MLP({_sizes}): the layer sizes, the output on 7 random inputs, before and after the state dict's tensors were changed",
         {
             "layer sizes (in, out)": _layers,
             "output": _out,
             "output after the state dict changed": _after,
         },
         atol=1e-6,
-        hint="Read the sizes from the shapes (fc1.weight is (h1, d_in), fc2.weight (h2, h1), "
-        "fc3.weight (d_out, h2)), build that MLP and load_state_dict(state_dict, strict=True), "
-        "which copies the tensors.",
+        hint="Read the sizes from the shapes (fc1.weight is (h1, d_in), fc2.weight (h2, h1), fc3.weight (d_out, h2)), build that MLP and load_state_dict(state_dict, strict=True), which copies the tensors.",
     )
 ### END HIDDEN TESTS
 
@@ -1095,7 +1083,9 @@ def load_optimizer_state_by_name(model, optimizer, named_state):
 def _state_record(_model, _opt):
     """For each parameter, by name (sorted): its state, keys sorted, or None."""
     return {
-        n: dict(sorted(_opt.state[p].items())) if p in _opt.state else None
+        n: (dict(sorted(_opt.state[p].items())) if isinstance(_opt.state[p], dict) else "?")
+        if p in _opt.state
+        else None
         for n, p in sorted(_model.named_parameters())
     }
 
@@ -1106,14 +1096,12 @@ _dst_opt = torch.optim.Adam(_dst.parameters(), lr=0.1)
 _result, _error = attempt(load_optimizer_state_by_name, _dst, _dst_opt, _named)
 check(
     _error is None and str(_state_record(_dst, _dst_opt)) == str(_state_record(old, old_opt)),
-    "After load_optimizer_state_by_name into a TwoBranchV2, each parameter should hold the saved "
-    f"state of the parameter of the same name (error: {_error}): match by name, not by position.",
+    f"After load_optimizer_state_by_name into a TwoBranchV2, each parameter should hold the saved state of the parameter of the same name (error: {_error}): match by name, not by position.",
 )
 _saved = [_u for _v in _named.values() for _u in _v.values()]
 check(
     all(_t is not _u for _s in _dst_opt.state.values() for _t in _s.values() for _u in _saved),
-    "The loaded state shares tensors with the saved copy, which ties the two together: clone "
-    "the tensors when you load them.",
+    "The loaded state shares tensors with the saved copy, which ties the two together: clone the tensors when you load them.",
 )
 _tb = TwoBranch()
 _bad = {"a.weight": dict(step=torch.tensor(1.0), exp_avg=torch.zeros(5, 5))}
@@ -1123,8 +1111,7 @@ _result, _error = attempt(
 )
 check(
     _error is not None and _error.startswith("ValueError") and "a.weight" in _error,
-    "Loading state of shape (5, 5) onto a.weight (shape (2, 3)) should raise a ValueError whose "
-    f"message names the parameter, a.weight; got: {_error}.",
+    f"Loading state of shape (5, 5) onto a.weight (shape (2, 3)) should raise a ValueError whose message names the parameter, a.weight (yours raised: {_error}).",
 )
 _good = {"a.weight": dict(step=torch.tensor(3.0), exp_avg=torch.ones(2, 3))}
 _good["a.weight"]["exp_avg_sq"] = torch.ones(2, 3)
@@ -1133,8 +1120,7 @@ _result, _error = attempt(
 )
 check(
     _error is None,
-    f"Loading a state that fits (exp_avg of shape (2, 3), and the 0-d step) raised {_error}: "
-    "skip 0-d tensors like step in the shape check.",
+    f"Loading a state that fits (exp_avg of shape (2, 3), and the 0-d step) raised an error (the error: {_error}): skip 0-d tensors like step in the shape check.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -1173,14 +1159,11 @@ for _sizes in [dict(d_in=6), dict(d_out=5)]:
         [_l for _l in ("fc1", "fc2", "fc3") if _error and _l in _error],
     ]
 observe(
-    "load_optimizer_state_by_name with a random MLP's saved Adam state (into a new MLP, then "
-    "into MLPs whose shapes differ), and with a TwoBranch's loaded into a TwoBranchV2",
+    "load_optimizer_state_by_name with a random MLP's saved Adam state (into a new MLP, then into MLPs whose shapes differ), and with a TwoBranch's loaded into a TwoBranchV2",
     _record,
     rtol=0,
     atol=0,
-    hint="Load each saved state onto the parameter of the same name, as cloned tensors, and "
-    "raise a ValueError naming the parameter when a state tensor's shape (0-d ones excepted) "
-    "differs from it.",
+    hint="Load each saved state onto the parameter of the same name, as cloned tensors, and raise a ValueError naming the parameter when a state tensor's shape (0-d ones excepted) differs from it.",
 )
 ### END HIDDEN TESTS
 

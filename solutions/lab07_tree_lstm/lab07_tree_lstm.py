@@ -35,6 +35,18 @@ from tqdm.auto import tqdm
 torch.set_num_threads(1)
 print("torch", torch.__version__, "| grading run" if GRADING else "| full run")
 
+
+def pair_of(out, rows, size):
+    """Whether `out` is a pair (h, c) of tensors of shape (rows, size): the checks test this
+    before they read a result."""
+    shapes = (
+        [tuple(t.shape) for t in out if isinstance(t, torch.Tensor)]
+        if isinstance(out, tuple)
+        else []
+    )
+    return shapes == [(rows, size)] * 2
+
+
 # %% [markdown]
 # ## 1. ListOps trees
 #
@@ -143,27 +155,43 @@ def _evaluate_text(text):
 
 for _text, _want in [("7", 7), ("[MIN 4 7 2 ]", 2), ("[MAX 2 9 0 ]", 9), ("[SUM 5 8 ]", 3)]:
     _got, _error = _evaluate_text(_text)
-    check(_error is None, f"evaluate({_text}) raised {_error}.")
-    check(_got == _want, f"evaluate({_text}) should be {_want}, got {_got}.")
-for _text, _want in [("[MED 3 1 2 ]", 2), ("[MED 8 1 5 3 ]", 3), ("[MED 9 4 ]", 4)]:
-    _got, _error = _evaluate_text(_text)
-    check(_error is None, f"evaluate({_text}) raised {_error}.")
+    check(
+        _error is None,
+        f"evaluate raised an error on a flat expression (on {_text}; the error: {_error}): call evaluate(parse(text)) on it in a cell of your own to see the whole message.",
+    )
     check(
         _got == _want,
-        f"evaluate({_text}) should be {_want}, got {_got}. MED sorts the arguments and takes the "
-        "middle one; with an even number of them, the lower of the two middle ones (an int).",
+        f"evaluate returned a wrong value on a flat expression of MIN, MAX or SUM (on {_text} it should be {_want}; yours: {_got}): MIN is the smallest argument, MAX the largest, SUM the sum of the arguments modulo 10.",
+    )
+for _text, _want in [("[MED 3 1 2 ]", 2), ("[MED 8 1 5 3 ]", 3), ("[MED 9 4 ]", 4)]:
+    _got, _error = _evaluate_text(_text)
+    check(
+        _error is None,
+        f"evaluate raised an error on a MED expression (on {_text}; the error: {_error}): call evaluate(parse(text)) on it in a cell of your own to see the whole message.",
+    )
+    check(
+        _got == _want,
+        f"evaluate returned a wrong value on a MED expression (on {_text} it should be {_want}; yours: {_got}): MED sorts the arguments and takes the middle one; with an even number of them, the lower of the two middle ones (an int).",
     )
 _text = "[MAX 2 9 [MIN 4 7 ] 0 ]"
 _got, _error = _evaluate_text(_text)
-check(_error is None, f"evaluate({_text}) raised {_error}: evaluate the arguments first.")
-check(_got == 9, f"evaluate({_text}) should be 9, got {_got}: evaluate the arguments first.")
+check(
+    _error is None,
+    f"evaluate raised an error on a nested expression (the error: {_error}): evaluate the arguments first, then apply the operator to their values.",
+)
+check(
+    _got == 9,
+    f"evaluate should give 9 for [MAX 2 9 [MIN 4 7 ] 0 ] (yours: {_got}): evaluate the arguments first, then apply the operator to their values.",
+)
 _text = "[SUM [MAX 8 2 ] [SUM 9 9 ] 1 ]"
 _got, _error = _evaluate_text(_text)
-check(_error is None, f"evaluate({_text}) raised {_error}.")
+check(
+    _error is None,
+    f"evaluate raised an error on a nested SUM expression (the error: {_error}): call it on [SUM [MAX 8 2 ] [SUM 9 9 ] 1 ] in a cell of your own to see the whole message.",
+)
 check(
     _got == 7,
-    f"evaluate({_text}) should be (8 + 8 + 1) % 10 = 7, got {_got}: "
-    "a nested SUM is already reduced modulo 10.",
+    f"evaluate should give (8 + 8 + 1) % 10 = 7 for [SUM [MAX 8 2 ] [SUM 9 9 ] 1 ] (yours: {_got}): a nested SUM is already reduced modulo 10.",
 )
 check(
     isinstance(_evaluate_text("[MED 8 1 5 3 ]")[0], int),
@@ -191,8 +219,7 @@ observe(
         "odd number of digits (3, 5)": [evaluate(_t) for _t in _flat("MED", (3, 5))],
         "even number of digits (2, 4, 6)": [evaluate(_t) for _t in _flat("MED", (2, 4, 6))],
     },
-    hint="MED sorts the arguments and takes the middle one; with an even number of arguments, "
-    "the lower of the two middle ones.",
+    hint="MED sorts the arguments and takes the middle one; with an even number of arguments, the lower of the two middle ones.",
 )
 observe(
     "evaluate(tree) on 500 random trees (depth <= 5, <= 6 arguments)",
@@ -219,8 +246,7 @@ observe(
         "nine arguments, each operator": [evaluate(_t) for _t in _nine_args],
         "chains 7 to 13 operators deep": [evaluate(_t) for _t in _deep],
     },
-    hint="A leaf is its own value; with one argument, MIN, MAX and MED give it and SUM gives it "
-    "modulo 10; evaluate every argument first, however deep the tree.",
+    hint="A leaf is its own value; with one argument, MIN, MAX and MED give it and SUM gives it modulo 10; evaluate every argument first, however deep the tree.",
 )
 ### END HIDDEN TESTS
 
@@ -324,7 +350,10 @@ _x = torch.randn(3, 3)
 _ch, _cc = torch.randn(4, 4), torch.randn(4, 4)
 _parent = torch.tensor([0, 0, 2, 2])  # node 0 and node 2 have two children each, node 1 none
 _out, _error = attempt(_cell, _x, _ch, _cc, _parent)
-check(_error is None, f"The cell on 3 nodes with 4 children raised {_error}.")
+check(
+    _error is None,
+    f"The cell raised an error on 3 nodes with 4 children (the error: {_error}): call it in a cell of your own on these inputs to see the whole message.",
+)
 check(
     isinstance(_out, tuple) and len(_out) == 2 and all(isinstance(t, torch.Tensor) for t in _out),
     "forward should return a pair of tensors (h, c).",
@@ -332,31 +361,31 @@ check(
 _h, _c = _out
 check(
     tuple(_h.shape) == (3, 4) and tuple(_c.shape) == (3, 4),
-    f"h and c should have one row per node, shape (3, 4); got {tuple(_h.shape)}, {tuple(_c.shape)}.",
+    f"h and c should have one row per node and hidden_size columns, the shape (3, 4) here (yours: {tuple(_h.shape)}, {tuple(_c.shape)}).",
 )
 _empty = torch.zeros(0, 4)
 _out, _error = attempt(_cell, _x[1:2], _empty, _empty, torch.zeros(0, dtype=torch.long))
 check(
-    _error is None,
-    f"The cell on one node with no children (child_h and child_c of shape (0, 4), an empty "
-    f"parent) raised {_error}. A leaf has no children: its sums are zero.",
+    _error is None and pair_of(_out, 1, 4),
+    f"The cell on one node with no children (child_h and child_c of shape (0, 4), an empty parent) should return h and c of shape (1, 4) (the error: {_error}). A leaf has no children: its sums are zero.",
 )
 _h1, _c1 = _out
 check(
     torch.allclose(_h[1:2], _h1, atol=1e-6) and torch.allclose(_c[1:2], _c1, atol=1e-6),
-    "Node 1 (no children) gives a different result inside a batch than alone: each node must "
-    "only see its own children, those with parent[k] == its row.",
+    "Node 1 (no children) gives a different result inside a batch than alone: each node must only see its own children, those with parent[k] == its row.",
 )
-_h0, _c0 = _cell(_x[0:1], _ch[:2], _cc[:2], torch.tensor([0, 0]))
+_out = attempt(_cell, _x[0:1], _ch[:2], _cc[:2], torch.tensor([0, 0]))[0]
+_h0, _c0 = _out if pair_of(_out, 1, 4) else (None, None)
 check(
-    torch.allclose(_h[0:1], _h0, atol=1e-6) and torch.allclose(_c[0:1], _c0, atol=1e-6),
+    _h0 is not None
+    and torch.allclose(_h[0:1], _h0, atol=1e-6)
+    and torch.allclose(_c[0:1], _c0, atol=1e-6),
     "Node 0 gives a different result inside a batch than alone with its two children.",
 )
-_hs, _cs = _cell(_x, _ch[[1, 0, 3, 2]], _cc[[1, 0, 3, 2]], _parent)
+_out = attempt(_cell, _x, _ch[[1, 0, 3, 2]], _cc[[1, 0, 3, 2]], _parent)[0]
 check(
-    torch.allclose(_h, _hs, atol=1e-6),
-    "Swapping the order of a node's children changed its output: the child-sum cell only uses "
-    "the sum of the children's h and the sum of f_jk * c_k.",
+    pair_of(_out, 3, 4) and torch.allclose(_h, _out[0], atol=1e-6),
+    "Swapping the order of a node's children changed its output: the child-sum cell only uses the sum of the children's h and the sum of f_jk * c_k.",
 )
 # Hand-made case: all weights 0 except U_f = 100 I. Then i = o = 0.5, u = 0, and the forget
 # gate of a child is about 1 when its h is positive and about 0 when it is negative.
@@ -365,17 +394,17 @@ with torch.no_grad():
     for _p in _hand.parameters():
         _p.zero_()
     _hand.U_f.weight.copy_(100 * torch.eye(3))
-    _, _chand = _hand(
+    _out = attempt(
+        _hand,
         torch.zeros(1, 2),
         torch.tensor([[1.0, 1, 1], [-1, -1, -1]]),
         torch.tensor([[1.0, 1, 1], [5, 5, 5]]),
         torch.tensor([0, 0]),
-    )
+    )[0]
+_chand = _out[1] if pair_of(_out, 1, 3) else torch.full((1, 3), torch.nan)
 check(
     torch.allclose(_chand, torch.ones(1, 3), atol=1e-4),
-    f"Hand-made case: expected c = 1*1 + 0*5 = 1, got {_chand[0, 0].item():.3f}. Each child k "
-    "needs its own forget gate f_jk = sigmoid(W_f x_j + U_f h_k + b_f), computed from its own "
-    "h_k (not from the sum of the children), multiplied with its own c_k.",
+    f"In the hand-made case (all weights 0 but U_f = 100 I) c should be 1*1 + 0*5 = 1 (yours: {_chand[0, 0].item():.3f}): each child k needs its own forget gate f_jk = sigmoid(W_f x_j + U_f h_k + b_f), computed from its own h_k (not from the sum of the children), multiplied with its own c_k.",
 )
 # A fixed case: 3 nodes (two children, none, one), weights from a fixed generator; the
 # expected numbers were computed once with exercise 2's formulas.
@@ -386,7 +415,8 @@ with torch.no_grad():
         _p.copy_(torch.randn(_p.shape, generator=_fixed_gen))
     _xf = torch.randn(3, 2, generator=_fixed_gen)
     _chf, _ccf = torch.randn(3, 2, generator=_fixed_gen), torch.randn(3, 2, generator=_fixed_gen)
-    _hf, _cf = _fixed(_xf, _chf, _ccf, torch.tensor([0, 0, 2]))
+    _out = attempt(_fixed, _xf, _chf, _ccf, torch.tensor([0, 0, 2]))[0]
+    _hf, _cf = _out if pair_of(_out, 3, 2) else (torch.full((3, 2), torch.nan),) * 2
 _want_h = torch.tensor([[0.14785, -0.08437], [0.63562, -0.39820], [-0.21096, -0.59334]])
 _want_c = torch.tensor([[0.14922, -0.13398], [0.82531, -0.46760], [-0.42753, -0.79195]])
 
@@ -397,17 +427,11 @@ def _rows(t):
 
 check(
     torch.allclose(_cf, _want_c, atol=1e-4),
-    "Fixed case (3 nodes, weights from torch.Generator().manual_seed(7)): expected\n"
-    f"  c = {_rows(_want_c)}\ngot\n  c = {_rows(_cf)}\n"
-    "Usual suspects: the order of the gates in the columns of self.W(x) and self.U_iou(...) is "
-    "i, o, u (then f for W): which chunk did you call what? Each child's forget gate needs the "
-    "W_f x_j + b_f term of its parent node j, not only U_f h_k.",
+    f"In the fixed case (3 nodes, weights from torch.Generator().manual_seed(7)) c differs from exercise 2's formulas (expected\n  c = {_rows(_want_c)}\ngot\n  c = {_rows(_cf)}\n). Usual suspects: the order of the gates in the columns of self.W(x) and self.U_iou(...) is i, o, u (then f for W): which chunk did you call what? Each child's forget gate needs the W_f x_j + b_f term of its parent node j, not only U_f h_k.",
 )
 check(
     torch.allclose(_hf, _want_h, atol=1e-4),
-    "Fixed case (3 nodes, weights from torch.Generator().manual_seed(7)): c is right but h is "
-    f"not: expected\n  h = {_rows(_want_h)}\ngot\n  h = {_rows(_hf)}\n"
-    "h_j = o_j * tanh(c_j), with the tanh, and o_j the sigmoid of the output gate's columns.",
+    f"In the fixed case (3 nodes, weights from torch.Generator().manual_seed(7)) c is right but h is not (expected\n  h = {_rows(_want_h)}\ngot\n  h = {_rows(_hf)}\n): h_j = o_j * tanh(c_j), with the tanh, and o_j the sigmoid of the output gate's columns.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -420,7 +444,7 @@ with torch.no_grad():
     for _p in _hand.parameters():
         _p.zero_()
     _hand.U_f.weight.copy_(100 * torch.eye(3))
-    _hh, _chh = _hand(
+    _out = _hand(
         torch.zeros(4, 2),
         torch.randn(7, 3, generator=_gen),
         torch.randn(7, 3, generator=_gen) * 3,
@@ -428,10 +452,9 @@ with torch.no_grad():
     )
 observe(
     "cell(...) with all weights 0 but U_f = 100 I, on 4 nodes with 7 random children",
-    {"h": _hh, "c": _chh},
+    dict(zip("hc", _out, strict=True)) if pair_of(_out, 4, 3) else "not (h, c) of shape (4, 3)",
     atol=1e-5,
-    hint="Each child k needs its own forget gate f_jk = sigmoid(W_f x_j + U_f h_k + b_f), from "
-    "its own h_k (not from the sum of the children), multiplied with its own c_k.",
+    hint="Each child k needs its own forget gate f_jk = sigmoid(W_f x_j + U_f h_k + b_f), from its own h_k (not from the sum of the children), multiplied with its own c_k.",
 )
 # Random weights and inputs of other sizes; no children at all; ten children of one node.
 for _n, _m, _H, _E in [(5, 9, 6, 4), (1, 3, 2, 5), (8, 12, 3, 3), (4, 0, 3, 2), (2, 10, 4, 3)]:
@@ -443,14 +466,12 @@ for _n, _m, _H, _E in [(5, 9, 6, 4), (1, 3, 2, 5), (8, 12, 3, 3), (4, 0, 3, 2), 
     _ch, _cc = torch.randn(_m, _H, generator=_gen), torch.randn(_m, _H, generator=_gen)
     # the last node is a leaf, unless it is the only one
     _parent = torch.randint(0, max(_n - 1, 1), (_m,), generator=_gen)
-    _h, _c = _cell(_x, _ch, _cc, _parent)
+    _out = _cell(_x, _ch, _cc, _parent)
     observe(
-        f"cell(x, child_h, child_c, parent) on {_n} node(s) with {_m} children (random weights, "
-        f"hidden size {_H}, input size {_E})",
-        {"h": _h, "c": _c},
+        f"cell(x, child_h, child_c, parent) on {_n} node(s) with {_m} children (random weights, hidden size {_H}, input size {_E})",
+        dict(zip("hc", _out, strict=True)) if pair_of(_out, _n, _H) else "not (h, c) of that shape",
         atol=1e-6,
-        hint="Usual suspects: the gates' order in the columns is i, o, u (then f for W); each "
-        "child's forget gate needs its parent's W_f x_j + b_f; h = o * tanh(c).",
+        hint="Usual suspects: the gates' order in the columns is i, o, u (then f for W); each child's forget gate needs its parent's W_f x_j + b_f; h = o * tanh(c).",
     )
 ### END HIDDEN TESTS
 
@@ -471,10 +492,7 @@ _ok, _error = attempt(
 )
 check(
     _error is None and _ok,
-    f"gradcheck failed in float64 ({_error or 'autograd and finite differences disagree'}). "
-    "If that is about Float and Double, a tensor you create inside forward is float32: make it "
-    "with x.new_zeros(...) so it follows x's dtype. Otherwise something in forward is not "
-    "differentiable (.item(), .detach(), .data, torch.no_grad).",
+    f"gradcheck failed in float64 ({_error or 'autograd and finite differences disagree'}). If that is about Float and Double, a tensor you create inside forward is float32: make it with x.new_zeros(...) so it follows x's dtype. Otherwise something in forward is not differentiable (.item(), .detach(), .data, torch.no_grad).",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -516,17 +534,19 @@ def _rows_used(grad):
 # node depends on, and autograd's directional derivatives against central finite differences.
 _point = [_x, _ch, _cc, *(p.detach() for p in _params.values())]
 _leaves = [t.clone().requires_grad_() for t in _point]
-_h, _c = _outputs(*_leaves)
+_out = _outputs(*_leaves)
+_h, _c = _out if pair_of(_out, 5, 2) else (torch.zeros(5, 2), torch.zeros(5, 2))
+_in_graph = _h.grad_fn is not None and _c.grad_fn is not None
 _depends = {"x": [], "child_h": [], "child_c": []}
-for _j in range(_h.shape[0]):
+for _j in range(_h.shape[0] if _in_graph else 0):
     _per_input = torch.autograd.grad(
         (_h[_j] + _c[_j]).sum(), _leaves[:3], retain_graph=True, allow_unused=True
     )
     for _key, _g in zip(_depends, _per_input, strict=True):
         _depends[_key].append(_rows_used(_g))
-_grads = torch.autograd.grad(_scalar(*_leaves), _leaves, allow_unused=True)
+_grads = torch.autograd.grad(_scalar(*_leaves), _leaves, allow_unused=True) if _in_graph else []
 _gaps = []
-for _trial in range(6):
+for _trial in range(6 if _in_graph else 0):
     _dirs = [torch.randn(t.shape, dtype=torch.float64, generator=_gen) for t in _point]
     with torch.no_grad():
         _up = _scalar(*(t + 1e-6 * d for t, d in zip(_point, _dirs, strict=True)))
@@ -537,9 +557,9 @@ for _trial in range(6):
     ).item()
     _gaps.append((_analytic - _numeric) / max(1.0, abs(_numeric)))
 observe(
-    "cell(...) converted with .double(), on float64 inputs (5 nodes, 8 children, random "
-    "weights): dtypes, what autograd sees, autograd against finite differences",
+    "cell(...) converted with .double(), on float64 inputs (5 nodes, 8 children, random weights): dtypes, what autograd sees, autograd against finite differences",
     {
+        "h and c in the autograd graph": _in_graph,
         "dtype of h": str(_h.dtype),
         "dtype of c": str(_c.dtype),
         "rows of x each node depends on": _depends["x"],
@@ -548,9 +568,7 @@ observe(
         "autograd minus finite differences, 6 random directions (relative)": _gaps,
     },
     atol=1e-6,
-    hint="Everything in forward must stay differentiable in float64: no .item(), .detach(), "
-    "torch.no_grad() or NumPy, and new tensors made with x.new_zeros(...) so that they follow "
-    "x's dtype.",
+    hint="Everything in forward must stay differentiable in float64: no .item(), .detach(), torch.no_grad() or NumPy, and new tensors made with x.new_zeros(...) so that they follow x's dtype.",
 )
 ### END HIDDEN TESTS
 
@@ -674,9 +692,7 @@ with CallCounter(_model.cell) as _count:
     _out, _error = attempt(encode_recursive, _model, _tree)
 check(
     _error is None,
-    f"encode_recursive(model, {to_string(_tree)}) raised {_error}. If that is an index out of "
-    "range: an inner node calls the cell with x of one row (its own token), and all its "
-    "children belong to that one node, so parent is 0 for every child row, not 0, 1, 2, ...",
+    f"encode_recursive(model, tree) raised an error on [MAX 2 9 [MIN 4 7 ] 0 ] (the error: {_error}). A common cause: an inner node calls the cell with x of one row (its own token), and all its children belong to that one node, so parent is 0 for every child row, not 0, 1, 2, ...",
 )
 check(
     isinstance(_out, tuple) and len(_out) == 2 and all(isinstance(t, torch.Tensor) for t in _out),
@@ -685,35 +701,33 @@ check(
 _h, _c = _out
 check(
     tuple(_h.shape) == (1, 8) and tuple(_c.shape) == (1, 8),
-    f"encode_recursive should return (h, c) of shape (1, hidden_size); got {tuple(_h.shape)}.",
+    f"encode_recursive should return (h, c) of shape (1, hidden_size), the root's row only (yours: {tuple(_h.shape)}, {tuple(_c.shape)}).",
 )
 check(
     _count.calls == n_nodes(_tree),
-    f"{to_string(_tree)} has {n_nodes(_tree)} nodes, so the cell should run {n_nodes(_tree)} times "
-    f"(once per node, leaves included), but it ran {_count.calls} times. Call model.cell(...), "
-    "not model.cell.forward(...).",
+    f"The cell should run once per node of the tree, leaves included (on a tree of {n_nodes(_tree)} nodes it ran {_count.calls} times): call model.cell(...), not model.cell.forward(...).",
 )
 _leaf = cell_by_hand(_model, 5, [])
 _out, _error = attempt(encode_recursive, _model, 5)
-check(_error is None, f"encode_recursive(model, 5), a leaf, raised {_error}.")
 check(
-    isinstance(_out, tuple) and len(_out) == 2 and torch.allclose(_out[0], _leaf[0]),
-    "A leaf 5 should give model.cell(model.embed(torch.tensor([5])), empty, empty, empty_parent): "
-    "child_h and child_c of shape (0, hidden_size), parent torch.zeros(0, dtype=torch.long).",
+    _error is None,
+    f"encode_recursive(model, 5), on a leaf, raised an error (the error: {_error}): call it in a cell of your own to see the whole message.",
+)
+check(
+    pair_of(_out, 1, 8) and torch.allclose(_out[0], _leaf[0]),
+    "A leaf 5 should give model.cell(model.embed(torch.tensor([5])), empty, empty, empty_parent): child_h and child_c of shape (0, hidden_size), parent torch.zeros(0, dtype=torch.long).",
 )
 _hmin = cell_by_hand(_model, "MIN", [cell_by_hand(_model, 4, []), cell_by_hand(_model, 7, [])])
 _out, _ = attempt(encode_recursive, _model, parse("[MIN 4 7 ]"))
 check(
-    isinstance(_out, tuple) and torch.allclose(_out[0], _hmin[0], atol=1e-6),
-    "[MIN 4 7 ] should be the cell on the embedding of MIN, with the two leaves' states (h and c) "
-    "as its children, in one call.",
+    pair_of(_out, 1, 8) and torch.allclose(_out[0], _hmin[0], atol=1e-6),
+    "[MIN 4 7 ] should be the cell on the embedding of MIN, with the two leaves' states (h and c) as its children, in one call.",
 )
 _hmax = cell_by_hand(_model, "MAX", [cell_by_hand(_model, 2, []), _hmin])
 _out, _ = attempt(encode_recursive, _model, parse("[MAX 2 [MIN 4 7 ] ]"))
 check(
-    isinstance(_out, tuple) and torch.allclose(_out[0], _hmax[0], atol=1e-6),
-    "[MAX 2 [MIN 4 7 ] ] should be the cell on MAX with the states of the leaf 2 and of "
-    "[MIN 4 7 ] as children: encode every argument first, recursively, then the node.",
+    pair_of(_out, 1, 8) and torch.allclose(_out[0], _hmax[0], atol=1e-6),
+    "[MAX 2 [MIN 4 7 ] ] should be the cell on MAX with the states of the leaf 2 and of [MIN 4 7 ] as children: encode every argument first, recursively, then the node.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -723,38 +737,37 @@ _r = random.Random(99)
 _chain = 0
 for _ in range(9):  # a chain 10 nodes tall, and a node with 8 arguments
     _chain = (_r.choice(OPS), _r.randint(0, 9), _chain)
-_trees = [
-    3,
-    8,
-    0,
-    *(make_tree(_r, max_depth=5, max_args=5) for _ in range(10)),
-    _chain,
-    ("SUM", *(_r.randint(0, 9) for _ in range(8))),
-]
+_trees = [3, 8, 0, *(make_tree(_r, max_depth=5, max_args=5) for _ in range(10)), _chain]
+_trees.append(("SUM", *(_r.randint(0, 9) for _ in range(8))))
 _calls, _hs, _cs = [], [], []
 for _t in _trees:
     with CallCounter(_model_s.cell) as _count:
-        _h, _c = encode_recursive(_model_s, _t)
+        _out = encode_recursive(_model_s, _t)
+    _h, _c = _out if pair_of(_out, 1, 8) else ("not (h, c) of shape (1, 8)",) * 2
     _calls.append(_count.calls)
     _hs.append(_h)
     _cs.append(_c)
-_what = (
-    "encode_recursive(model, tree) on 3 leaves, 10 random trees (depth <= 5, <= 5 arguments), "
-    "a chain 10 nodes tall and a node with 8 arguments"
-)
+_what = "encode_recursive(model, tree) on 3 leaves, 10 random trees (depth <= 5, <= 5 arguments), a chain 10 nodes tall and a node with 8 arguments"
 observe(
     f"{_what}: cell calls",
     _calls,
-    hint="The cell runs once per node, leaves included: call model.cell(...) exactly once for "
-    "every node, never model.cell.forward(...).",
+    hint="The cell runs once per node, leaves included: call model.cell(...) exactly once for every node, never model.cell.forward(...).",
 )
 observe(
     f"{_what}, the cell a stand-in (StandInTreeModel): root h and root c",
     {"root h": _hs, "root c": _cs},
     atol=1e-6,
-    hint="A leaf d: x = model.embed(torch.tensor([d])) and no children. An inner node: encode "
-    "every argument first, stack their h and c in two tensors, embed TOKEN[op], and call the "
-    "cell with parent all zeros; return the (h, c) the cell returns.",
+    hint="A leaf d: x = model.embed(torch.tensor([d])) and no children. An inner node: encode every argument first, stack their h and c in two tensors, embed TOKEN[op], and call the cell with parent all zeros; return the (h, c) the cell returns.",
+)
+_model_s.zero_grad()
+_roots = [_h for _h in _hs if isinstance(_h, torch.Tensor) and _h.grad_fn is not None]
+if len(_roots) == len(_hs):  # the lab trains through encode_recursive: its gradients
+    F.cross_entropy(_model_s.out(torch.cat(_roots)), torch.arange(len(_roots)) % 10).backward()
+observe(
+    f"{_what}: the gradient of each parameter after cross-entropy of the roots and backward()",
+    {_n: _p.grad for _n, _p in sorted(_model_s.named_parameters())},
+    atol=1e-5,
+    hint="Keep every state in the autograd graph: no .detach(), .data or torch.tensor(...) around a state, so that training reaches the cell and the embedding.",
 )
 ### END HIDDEN TESTS
 
@@ -914,64 +927,54 @@ def encode_batched(model, trees):
 
 # %% nbgrader={"grade": true, "points": 3, "grade_id": "test_batched_equal"}
 def _loss_and_grads(model, roots_h, labels):
-    model.zero_grad()
+    """The loss and each parameter's gradient (None: none arrived), or a sentence when
+    `roots_h` is not in the autograd graph (the checks record it)."""
+    model.zero_grad(set_to_none=True)
+    if not isinstance(roots_h, torch.Tensor) or roots_h.grad_fn is None:
+        return "the roots are not in the autograd graph (no grad_fn)", {}
     _loss = F.cross_entropy(model.out(roots_h), labels)
     _loss.backward()
-    return _loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()}
+    return _loss.item(), {n: p.grad for n, p in model.named_parameters()}
 
 
 _model = StandInTreeModel(4, hidden_size=16, embed_size=8)
-_trees = [
-    parse("[MIN 4 7 ]"),
-    parse("[SUM 1 [MAX 2 3 ] ]"),
-    6,
-    parse("[MED 1 [SUM 2 [MAX 3 4 ] ] ]"),
-]
+_trees = [parse("[MIN 4 7 ]"), parse("[SUM 1 [MAX 2 3 ] ]"), 6]
+_trees.append(parse("[MED 1 [SUM 2 [MAX 3 4 ] ] ]"))
 _labels = torch.tensor([4, 4, 6, 1])
 _leaves = {_d: cell_by_hand(_model, _d, []) for _d in range(10)}
-_by_hand = torch.cat(
-    [
-        cell_by_hand(_model, "MIN", [_leaves[4], _leaves[7]])[0],
-        cell_by_hand(
-            _model, "SUM", [_leaves[1], cell_by_hand(_model, "MAX", [_leaves[2], _leaves[3]])]
-        )[0],
-        _leaves[6][0],
-        cell_by_hand(
-            _model,
-            "MED",
-            [
-                _leaves[1],
-                cell_by_hand(
-                    _model,
-                    "SUM",
-                    [_leaves[2], cell_by_hand(_model, "MAX", [_leaves[3], _leaves[4]])],
-                ),
-            ],
-        )[0],
-    ]
-)
+_L, _node = _leaves, lambda op, *kids: cell_by_hand(_model, op, list(kids))  # unrolled by hand
+_sum = _node("SUM", _L[2], _node("MAX", _L[3], _L[4]))
+_roots = [_node("MIN", _L[4], _L[7]), _node("SUM", _L[1], _node("MAX", _L[2], _L[3])), _L[6]]
+_by_hand = torch.cat([_r[0] for _r in [*_roots, _node("MED", _L[1], _sum)]])
 _out, _error = attempt(encode_batched, _model, _trees)
-check(_error is None, f"encode_batched(model, trees) on 4 small trees raised {_error}.")
+check(
+    _error is None,
+    f"encode_batched(model, trees) raised an error on 4 small trees (the error: {_error}): call it in a cell of your own on a few trees to see the whole message.",
+)
 check(
     isinstance(_out, torch.Tensor) and tuple(_out.shape) == (len(_trees), 16),
-    f"encode_batched should return a tensor with one row per tree, shape ({len(_trees)}, 16); "
-    f"got {tuple(getattr(_out, 'shape', ()))}.",
+    f"encode_batched should return a tensor with one row per tree and hidden_size columns, the shape (4, 16) here (yours: {tuple(getattr(_out, 'shape', ()))}).",
 )
 _bad = [b for b in range(len(_trees)) if not torch.allclose(_out[b], _by_hand[b], atol=1e-5)]
 check(
     not _bad,
-    f"Root states differ from the trees unrolled by hand for {[to_string(_trees[b]) for b in _bad]}. "
-    "Is row b tree b's root? Is every node computed after all its children (a node's height is "
-    "1 + the height of its TALLEST child)?",
+    f"Some root states differ from the trees unrolled by hand (for {[to_string(_trees[b]) for b in _bad]}): is row b tree b's root? Is every node computed after all its children (a node's height is 1 + the height of its TALLEST child)?",
 )
 _loss_h, _grads_h = _loss_and_grads(_model, _by_hand, _labels)
 _loss_b, _grads_b = _loss_and_grads(_model, _out, _labels)
-check(abs(_loss_h - _loss_b) < 1e-5, f"Loss: by hand {_loss_h:.6f}, batched {_loss_b:.6f}.")
+check(
+    isinstance(_loss_b, float),
+    "The roots encode_batched returns are not in the autograd graph (no grad_fn), so training cannot reach the model: keep every state in the graph (no .detach() or .data).",
+)
+check(
+    abs(_loss_h - _loss_b) < 1e-5,
+    f"The loss on the batched roots differs from the loss on the trees unrolled by hand (by hand {_loss_h:.6f}, batched {_loss_b:.6f}): compare the roots row by row.",
+)
 for _name in _grads_h:
+    _g = _grads_b.get(_name)
     check(
-        torch.allclose(_grads_h[_name], _grads_b[_name], atol=1e-5),
-        f"The gradient of {_name} differs between the trees unrolled by hand and the batched "
-        "version: did a state get detached (.detach(), .data) or lost on the way?",
+        _g is not None and torch.allclose(_grads_h[_name], _g, atol=1e-5),
+        f"The gradient of a parameter differs between the trees unrolled by hand and the batched version (of {_name}): did a state get detached (.detach(), .data) or lost on the way?",
     )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -995,15 +998,14 @@ _batches += [
 for _what, _trees in _batches:
     _labels = torch.randint(0, 10, (len(_trees),), generator=_gen)
     _roots = encode_batched(_model_s, _trees)
-    _loss, _grads = _loss_and_grads(_model_s, _roots, _labels)
+    _ok = isinstance(_roots, torch.Tensor) and tuple(_roots.shape) == (len(_trees), 16)
+    _roots = _roots if _ok else "not a tensor of one row per tree"
+    _loss, _grads = _loss_and_grads(_model_s, _roots, _labels) if _ok else ("none", {})
     observe(
-        f"encode_batched(model, trees) on {_what}, the cell a stand-in (StandInTreeModel), then "
-        "cross-entropy and backward()",
+        f"encode_batched(model, trees) on {_what}, the cell a stand-in (StandInTreeModel), then cross-entropy and backward()",
         {"root h": _roots, "loss": _loss, **{f"gradient of {_n}": _g for _n, _g in _grads.items()}},
         atol=1e-5,
-        hint="Row b must be tree b's root; a node must run after all its children (its height "
-        "is 1 + the height of its TALLEST child); the states must stay in the autograd graph "
-        "(no .detach(), no .data).",
+        hint="Row b must be tree b's root; a node must run after all its children (its height is 1 + the height of its TALLEST child); the states must stay in the autograd graph (no .detach(), no .data).",
     )
 ### END HIDDEN TESTS
 
@@ -1013,13 +1015,14 @@ _rng = random.Random(5)
 for _trees in ([parse("[SUM 1 [MAX 2 3 ] ]")], [5, 6, 7], [make_tree(_rng) for _ in range(64)]):
     with CallCounter(_model.cell) as _count:
         _, _error = attempt(encode_batched, _model, _trees)
-    check(_error is None, f"encode_batched on {len(_trees)} tree(s) raised {_error}.")
+    check(
+        _error is None,
+        f"encode_batched raised an error on a batch of trees (on {len(_trees)} trees; the error: {_error}): call it in a cell of your own to see the whole message.",
+    )
     _tallest = max(height(t) for t in _trees)
     check(
         _count.calls == _tallest,
-        f"For {len(_trees)} tree(s) with {sum(n_nodes(t) for t in _trees)} nodes, the tallest of "
-        f"height {_tallest}, the cell ran {_count.calls} times; it should run {_tallest} times: "
-        "one call per height, with the nodes of that height from all trees together.",
+        f"The cell should run once per height, as many times as the tallest tree is tall, with the nodes of that height from all trees together (on {len(_trees)} trees of height up to {_tallest}, it ran {_count.calls} times).",
     )
 _sizes = []
 _handle = _model.cell.register_forward_hook(lambda m, i, out: _sizes.append(out[0].shape[0]))
@@ -1029,8 +1032,7 @@ finally:
     _handle.remove()
 check(
     _sizes == [4, 1, 1],
-    f"On [SUM 1 [MAX 2 3 ] ] and 5, the cell calls had {_sizes} nodes; they should have [4, 1, 1]: "
-    "first the four leaves (height 1: 1, 2, 3 and 5), then MAX (height 2), then SUM (height 3).",
+    f"On [SUM 1 [MAX 2 3 ] ] and 5, the cell calls should have 4, 1 and 1 nodes (yours: {_sizes}): first the four leaves (height 1: 1, 2, 3 and 5), then MAX (height 2), then SUM (height 3).",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -1060,12 +1062,9 @@ try:
 finally:
     _handle.remove()
 observe(
-    "encode_batched(model, trees) on 7 batches (a chain of 4 operators; 3 leaves; 1 leaf; a "
-    "chain 8 tall with a leaf and a tree of height 3; 2, 9 and 50 random trees of depth <= 6): "
-    "the number of nodes in each cell call, in call order",
+    "encode_batched(model, trees) on 7 batches (a chain of 4 operators; 3 leaves; 1 leaf; a chain 8 tall with a leaf and a tree of height 3; 2, 9 and 50 random trees of depth <= 6): the number of nodes in each cell call, in call order",
     _nodes_per_call,
-    hint="One call of the cell per height, 1, 2, 3, ... up to the tallest tree's, each with all "
-    "the nodes of that height from all the trees together.",
+    hint="One call of the cell per height, 1, 2, 3, ... up to the tallest tree's, each with all the nodes of that height from all the trees together.",
 )
 ### END HIDDEN TESTS
 
