@@ -167,10 +167,10 @@ def xlogx(x):
 check(defined("xlogx"), "xlogx is not defined: run the exercise cell above.")
 _x = torch.tensor([-2.0, 0.0, 1e-30, 0.5, 1.0, 3.0], dtype=torch.float64, requires_grad=True)
 _y, _error = attempt(xlogx, _x)
-check(_error is None, f"xlogx(x) raised an error: {_error}")
 check(
-    isinstance(_y, torch.Tensor) and _y.shape == _x.shape,
-    "xlogx(x) should return a tensor shaped like x.",
+    isinstance(_y, torch.Tensor) and _y.shape == _x.shape and _y.dtype == _x.dtype,
+    f"xlogx(x) should return a tensor shaped and typed like x (the error it raised, if any: "
+    f"{_error}); call it in a cell of your own to see what it does.",
 )
 _want = torch.tensor(
     [0.0, 0.0, 1e-30 * math.log(1e-30), 0.5 * math.log(0.5), 0.0, 3 * math.log(3)],
@@ -186,7 +186,11 @@ check(
     "xlogx(x) should be x log(x) where x > 0 and 0 where x <= 0.",
 )
 _g, _error = attempt(torch.autograd.grad, _y.sum(), _x)
-check(_error is None, f"the gradient of xlogx(x).sum() could not be computed: {_error}")
+check(
+    _error is None,
+    f"the gradient of xlogx(x).sum() could not be computed (the error: {_error}): without a "
+    "graph (.detach(), .data, torch.tensor(...)) no gradient reaches x. Compute from x itself.",
+)
 _g = _g[0]
 check(
     not _g.isnan().any(),
@@ -217,11 +221,13 @@ for _shape, _dtype in (((7,), torch.float64), ((3, 4), torch.float64), ((2, 5), 
     _x = _x.to(_dtype).requires_grad_()
     _w = torch.randn(_shape, generator=_gen, dtype=_dtype)
     _y = xlogx(_x)
-    (_g,) = torch.autograd.grad((_w * _y).sum(), _x)
+    _g = None
+    if isinstance(_y, torch.Tensor) and _y.shape == _x.shape and _y.requires_grad:
+        (_g,) = torch.autograd.grad((_w * _y).sum(), _x, allow_unused=True)
     observe(
         f"xlogx(x) on a random {_dtype} tensor of shape {_shape} with zeros, negatives and "
         "1e-30, and the gradient of sum(w * xlogx(x))",
-        {"value": _y.detach(), "gradient": _g},
+        {"value": _y, "gradient": _g},
         rtol=1e-5,
         atol=1e-6,
         hint="x log x where x > 0 and 0 elsewhere, with an inner where that replaces x <= 0 by "
@@ -416,7 +422,8 @@ def _amp_run(seed, steps, max_norm, width):
         if _k == steps - 1:
             _x[0, 0] = float("inf")
         _y = torch.randn(16, 2, generator=_g)
-        _loss, _norm = amp_step(_model, _opt, _scaler, _x, _y, max_norm)
+        _r = amp_step(_model, _opt, _scaler, _x, _y, max_norm)
+        _loss, _norm = _r if isinstance(_r, tuple) and len(_r) == 2 else ("not a pair", None)
         _out.append(
             {"loss": _loss, "norm": _norm, "scale after": _scaler.get_scale()}
             if _k < steps - 1
@@ -435,10 +442,10 @@ _opt = torch.optim.SGD(_model.parameters(), lr=0.1)
 _scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
 _x, _y = 4 * torch.randn(8, 3), torch.randn(8, 1)
 _result, _error = attempt(amp_step, _model, _opt, _scaler, _x, _y, 0.1)
-check(_error is None, f"amp_step(...) raised an error: {_error}")
 check(
     isinstance(_result, tuple) and len(_result) == 2,
-    "amp_step should return a pair (loss, norm).",
+    "amp_step(model, optimizer, scaler, x, y, 0.1) should return a pair (loss, norm) (the error "
+    f"it raised, if any: {_error}); call it in a cell of your own to see what it does.",
 )
 _loss, _norm = _result
 check(
@@ -478,8 +485,8 @@ _before = [p.detach().clone() for p in _model.parameters()]
 _result, _error = attempt(amp_step, _model, _opt, _scaler, _x, _y, 0.1)
 check(
     _error is None,
-    f"a second call of amp_step(...) raised an error: {_error}. If it says unscale_() is being "
-    "called after step(), the first call did not end with scaler.update().",
+    f"a second call of amp_step(...) raised an error (the error: {_error}): an error about "
+    "unscale_() after step() means the first call did not end with scaler.update().",
 )
 check(
     all(torch.equal(p, q) for p, q in zip(_model.parameters(), _before, strict=True)),
@@ -673,10 +680,10 @@ _model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), n
 _start = copy.deepcopy(_model)
 _batches = [(torch.randn(16, 4), torch.randn(16, 2)) for _ in range(3)]
 _losses, _error = attempt(finetune, _model, _batches, 0.1)
-check(_error is None, f"finetune(model, batches, lr) raised an error: {_error}")
 check(
     isinstance(_losses, list) and len(_losses) == 3,
-    "finetune should return a list with one loss per batch.",
+    "finetune(model, batches, lr) should return a list with one loss per batch (the error it "
+    f"raised, if any: {_error}); call it in a cell of your own to see what it does.",
 )
 check(
     all(type(v) is float for v in _losses),
@@ -807,10 +814,12 @@ torch.manual_seed(0)
 _model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
 _ref = copy.deepcopy(_model)
 _handles, _error = attempt(sgd_in_backward, _model, 0.1)
-check(_error is None, f"sgd_in_backward(model, lr) raised an error: {_error}")
 check(
-    isinstance(_handles, list) and len(_handles) == 4,
-    "sgd_in_backward should return a list of handles, one per parameter (4 here).",
+    isinstance(_handles, list)
+    and len(_handles) == 4
+    and all(hasattr(_h, "remove") for _h in _handles),
+    "sgd_in_backward(model, lr) should return a list of the handles that registering returns, "
+    f"one per parameter (the error it raised, if any: {_error}); call it to see what it does.",
 )
 for _k in range(2):
     _x = torch.randn(5, 3)
@@ -821,9 +830,9 @@ for _k in range(2):
     _, _error = attempt(lambda x=_x: _model(x).pow(2).sum().backward())
     check(
         _error is None,
-        f"loss.backward() raised an error inside your hook: {_error}. The hook receives the "
-        "parameter as its argument: use it, not a loop variable (a closure made in a loop sees "
-        "the loop's last parameter). A hook must return None.",
+        f"loss.backward() raised an error inside your hook (the error: {_error}). The hook "
+        "receives the parameter as its argument: use it, not a loop variable (a closure made in "
+        "a loop sees the loop's last parameter). A hook must return None.",
     )
     check(
         all(p.grad is None for p in _model.parameters()),
@@ -864,7 +873,7 @@ observe(
     "sgd_in_backward(model, 0.03) on a random 3-layer model, then 3 backward passes of an MSE "
     "loss on random batches",
     {
-        "number of handles": len(_handles),
+        "number of handles": len(_handles) if isinstance(_handles, list) else None,
         "parameters after": [p.detach().clone() for p in _model.parameters()],
         "grad is None after each backward": _grads_left,
     },
@@ -1017,18 +1026,20 @@ softplus_op.register_autograd(_softplus_backward, setup_context=_softplus_setup)
 check(defined("softplus_op"), "softplus_op is not defined: run the exercise cell above.")
 _x = torch.tensor([-3.0, -0.5, 0.0, 2.0], dtype=torch.float64, requires_grad=True)
 _y, _error = attempt(softplus_op, _x)
-check(_error is None, f"softplus_op(x) raised an error: {_error}")
 check(
-    isinstance(_y, torch.Tensor) and torch.allclose(_y.detach(), F.softplus(_x.detach())),
-    "softplus_op(x) should return softplus_kernel(x), log(1 + exp(x)).",
+    isinstance(_y, torch.Tensor)
+    and (_y.shape, _y.dtype) == (_x.shape, _x.dtype)
+    and torch.allclose(_y.detach(), F.softplus(_x.detach())),
+    "softplus_op(x) should return softplus_kernel(x), that is log(1 + exp(x)) (the error it "
+    f"raised, if any: {_error}); call it in a cell of your own to see what it does.",
 )
 _g, _error = attempt(
     torch.autograd.grad, (_y * torch.arange(1.0, 5.0, dtype=torch.float64)).sum(), _x
 )
 check(
     _error is None,
-    f"backward through softplus_op raised an error: {_error}. Register the gradient with "
-    "softplus_op.register_autograd(backward, setup_context=setup_context).",
+    f"backward through softplus_op raised an error (the error: {_error}). Register the gradient "
+    "with softplus_op.register_autograd(backward, setup_context=setup_context).",
 )
 check(
     torch.allclose(_g[0], torch.arange(1.0, 5.0, dtype=torch.float64) * torch.sigmoid(_x.detach())),
@@ -1043,13 +1054,14 @@ _report, _error = attempt(
 )
 check(
     _error is None,
-    f"torch.library.opcheck(softplus_op, ...) failed: {_error}. A missing or wrong fake "
-    "function (one that returns the wrong shape or dtype) fails here.",
+    f"torch.library.opcheck(softplus_op, ...) failed (the error: {_error}). A missing or wrong "
+    "fake function (one that returns the wrong shape or dtype) fails here.",
 )
 _run, _error = attempt(compiled_graphs, lambda t: model_step(t, softplus_op), _x, fullgraph=True)
 check(
     _error is None,
-    f"torch.compile(..., fullgraph=True) of a function that calls softplus_op failed: {_error}",
+    "torch.compile(..., fullgraph=True) of a function that calls softplus_op failed (the error: "
+    f"{_error}): check the fake function, which the compiler traces with.",
 )
 check(
     _run[1] == 1 and torch.allclose(_run[0], model_step(_x, softplus_op)),
@@ -1064,13 +1076,15 @@ for _shape, _dtype in (((5,), torch.float64), ((2, 3), torch.float32)):
     _x.requires_grad_()
     _w = torch.randn(_shape, generator=_gen, dtype=_dtype)
     _y = softplus_op(_x)
-    (_g,) = torch.autograd.grad((_w * _y).sum(), _x)
-    _out, _graphs = compiled_graphs(
+    _g, _gerr = attempt(torch.autograd.grad, (_w * _y).sum(), _x)  # errors are recorded
+    _out, _cerr = attempt(
+        compiled_graphs,
         lambda t, w=_w: (w * softplus_op(t.cos())).sum(),
         _x.detach().requires_grad_(),
         fullgraph=True,
     )
-    _checks = torch.library.opcheck(
+    _checks, _error = attempt(
+        torch.library.opcheck,
         softplus_op,
         (_x.detach().requires_grad_(),),
         test_utils=("test_schema", "test_autograd_registration", "test_faketensor"),
@@ -1079,12 +1093,11 @@ for _shape, _dtype in (((5,), torch.float64), ((2, 3), torch.float32)):
         f"softplus_op on a random {_dtype} tensor of shape {_shape}: value, gradient of "
         "sum(w * out), the compiled value of sum(w * softplus_op(cos(x))) and opcheck",
         {
-            "value": _y.detach(),
-            "gradient": _g,
+            "value": _y,
+            "gradient": _gerr or _g[0],
             "output dtype": str(_y.dtype),
-            "compiled value": _out.detach(),
-            "compiled graphs": _graphs,
-            "opcheck": sorted(_checks.items()),
+            "compiled value and graphs": _cerr or list(_out),
+            "opcheck": sorted(_checks.items()) if _error is None else _error,
         },
         rtol=1e-5,
         atol=1e-6,
