@@ -292,6 +292,8 @@ def _scratch_course(scratch: Path, job: LocalJob) -> tuple[dict, Path]:
     changes = {
         "SandboxedExecute": {"settings": dict(settings)},
         "JudgeRecords": {"reference_dir": job["reference_dir"], "timings": str(timings)},
+        # the same page, its templates compiled once per worker (graders/feedback.py)
+        "GenerateFeedback": {"exporter_class": "graders.feedback.CachedHTMLExporter"},
     }
     if job.get("cell_timeout"):
         changes["Execute"] = {"timeout": job["cell_timeout"]}
