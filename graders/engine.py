@@ -1,11 +1,13 @@
 """The engine: grading tasks (graders/task.py) run on Dask distributed.
 
 By default `make autograde` starts a local cluster: one worker process per core, one thread
-(and one torch thread) each, nothing to set up. Set a scheduler's address instead, with
-``--scheduler tcp://host:8786``, the environment variable COURSE_DASK_SCHEDULER, or
-``c.GradingEngine.scheduler`` in nbgrader_config.py, and the tasks go to an existing
-cluster: ``dask scheduler`` and ``dask worker`` on any machines, dask-jobqueue on
-SLURM/PBS, dask-kubernetes. A worker needs the course's Python environment and bubblewrap;
+(and one torch thread) each, nothing to set up. It starts in a thread of its own
+(`LocalCluster`), its workers importing what a task needs as they start (graders/warm.py),
+while the class run goes on (graders/grade.py grades the first hand-ins itself meanwhile). Set
+a scheduler's address instead, with ``--scheduler tcp://host:8786``, the environment variable
+COURSE_DASK_SCHEDULER, or ``c.GradingEngine.scheduler`` in nbgrader_config.py, and the tasks go
+to an existing cluster: ``dask scheduler`` and ``dask worker`` on any machines, dask-jobqueue
+on SLURM/PBS, dask-kubernetes. A worker needs the course's Python environment and bubblewrap;
 it shares no file system with the instructor's machine: a task gets its inputs as bytes and
 gives its results back as data, and the instructor's side merges them, one at a time.
 

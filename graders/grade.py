@@ -11,12 +11,16 @@ nbgrader does the grading; this module is the path a hand-in takes around it:
    in the sandbox (graders/sandbox.py) and its test cells judged outside the kernel
    (graders/judge.py); a task gets everything as bytes and gives back data;
 3. **engine** (graders/engine.py): the tasks run on Dask, a local cluster by default or an
-   existing one;
+   existing one. The local cluster starts in the background right after intake, while the
+   references, the data and the labs-only gradebook are made, and this process grades the
+   shortest hand-ins itself until the cluster is up (so the first kernel starts at once);
+   one hand-in alone (a regrade) is graded here, with no cluster;
 4. **merge** (graders/merge.py): each result goes into the one gradebook, under the real
    name, as it arrives, one at a time; the graded notebook and feedback page are written
    from its bytes; a line per hand-in goes to grading-log.jsonl (graders/gradelog.py);
-5. **summary**: nbgrader exports grades.csv; timings.csv has each hand-in's phases; the
-   table, the phases summed, and what needs a human look are printed.
+5. **summary**: nbgrader's exporter writes grades.csv (in this process, while the local
+   cluster ends); timings.csv has each hand-in's phases; the table, the phases summed, when
+   the first kernel was up, and what needs a human look are printed.
 
 Whatever one hand-in does, it costs at most its own grade and its own budget: every step of
 it catches its own failure, records the hand-in as 0 with the reason, and the class run
