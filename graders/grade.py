@@ -256,7 +256,7 @@ def _run_tasks(root, scheduler, workers, course, jobs, keys, run, total, say, lo
                 _engine_lane(connected, course, queue, arrived, run, say)
         elif total:
             if local is None and total > 1:
-                local = engine.LocalCluster(min(workers, total))
+                local = engine.LocalCluster(cluster_size(workers, total))
 
             def shortest_while_starting() -> None:
                 if not local.wait_spawned(timeout=SPAWN_WAIT_S):
@@ -297,6 +297,12 @@ def _engine_lane(connected, course, queue, arrived, run, say) -> None:
     say(f"Dask dashboard: {run.dashboard}")
     window = 2 * max(1, len(connected.scheduler_info().get("workers", {}))) + 2
     engine.run_all(connected, course, queue.first(), arrived, window)
+
+
+def cluster_size(workers: int, hand_ins: int) -> int:
+    """Workers of the local cluster for `hand_ins`: at most `workers`, and no more than the
+    hand-ins left once this process has graded the first one while the cluster starts."""
+    return max(1, min(workers, hand_ins - 1))
 
 
 def _expected(root: Path, hand_ins: list[HandIn], labs: list[str], force: bool) -> int:
@@ -356,7 +362,7 @@ def grade_class(
     local = None
     expected = 0 if scheduler else _expected(root, hand_ins, labs_graded, force)
     if expected > 1:  # it starts while the data, the references and the gradebook are made
-        local = engine.LocalCluster(min(workers, expected))
+        local = engine.LocalCluster(cluster_size(workers, expected))
     ending = None
     try:
         os.environ.update(prepare_data(labs_graded))
@@ -373,7 +379,9 @@ def grade_class(
         total = len(hand_ins)
         skipped = f" ({run.skipped} already graded from the same notebook)" if run.skipped else ""
         where = scheduler or (
-            f"a local Dask cluster of {min(workers, total)} worker(s)" if total > 1 else "here"
+            f"a local Dask cluster of {cluster_size(workers, total)} worker(s) and here"
+            if total > 1
+            else "here"
         )
         say(f"grading {total} hand-in(s) on {where}{skipped}")
         jobs = _jobs(hand_ins, cell_timeout, budget_s, feedback)

@@ -224,6 +224,9 @@ def test_the_shortest_are_graded_here_while_the_cluster_starts(monkeypatch):
     assert on_engine == ["h0", "h1", "h2"]  # the engine takes the longest first
     assert sorted(merged) == [f"h{i}" for i in range(5)] and run.graded == 5  # each once
     assert [c.workers for c in FakeCluster.made] == [2] and FakeCluster.made[0].closed
+    here, on_engine, merged, run = lanes(monkeypatch, 2, up_after=1)
+    assert (here, on_engine) == (["h1"], ["h0"])
+    assert [c.workers for c in FakeCluster.made] == [1]  # one hand-in is left for it
 
 
 def test_a_cluster_that_does_not_start_leaves_the_class_graded_here(monkeypatch):
