@@ -249,6 +249,8 @@ def main() -> int:
     labs = lab_names(args.labs)
     n = args.workers
     print(f"at the start: {load()}", flush=True)
+    if os.getloadavg()[0] > 0.5:
+        print("UNDER LOAD: another program is busy here; these figures are not the machine's")
     limits = [machine_limit(n)]
     print(f"machine limit, {n} CPU-bound processes against one: {limits[0]:.2f}x", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
@@ -328,7 +330,7 @@ def main() -> int:
         )
         print(f"regrade of one student (complete, {len(labs)} labs, --force, with feedback): "
               f"{t_student:.1f} s; their bare kernel runs {bare_student:.1f} s summed, "
-              f"{bare_student / limit:.1f} s over the machine's limit")  # fmt: skip
+              f"{bare_student / limit:.1f} s at the machine's limit")  # fmt: skip
 
         print(f"per-hand-in overhead (the complete answer, alone, best of {args.rounds}:")
         print("  its grading task + its merge in the class run - a bare kernel run of it,")
