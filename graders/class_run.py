@@ -31,6 +31,8 @@ class ClassRun:
     interrupted: str | None = None
     dashboard: str | None = None
     wall_s: float = 0.0
+    started_at: float = 0.0  # when (epoch) the run began
+    first_kernel_s: float | None = None  # seconds from then until the first kernel was up
 
 
 def limit_hit(verdicts: dict[str, dict]) -> str | None:
@@ -69,6 +71,8 @@ def summary(run: ClassRun) -> str:
     sums = {p: sum(t.get(p, 0.0) for t in run.timings.values()) for p in PHASES}
     phases = ", ".join(f"{p.replace('_', ' ')} {v:.0f}s" for p, v in sums.items())
     line = f"graded {run.graded} hand-in(s) in {run.wall_s:.0f}s"
+    if run.first_kernel_s is not None:
+        line += f" (the first kernel up after {run.first_kernel_s:.1f}s)"
     if run.skipped:
         line += f" ({run.skipped} already graded, kept)"
     return line + (f"; summed over hand-ins: {phases}" if run.timings else "")

@@ -48,3 +48,24 @@ class QuotedCsvExport(CsvExportPlugin):
                                 "late_submission_penalty": penalty,
                                 "score": max(0.0, sub.score - penalty)}  # fmt: skip
                     out.writerow(["" if row[k] is None else str(row[k]) for k in KEYS])
+
+
+def export_grades(root, to, config_file) -> None:
+    """What ``nbgrader export --to=TO`` does on the course at `root`, in this process (no
+    second Python that imports nbgrader again): the exporter `config_file` names
+    (``ExportApp.plugin_class``, nbgrader's CSV plugin by default) on the course's gradebook."""
+    from pathlib import Path
+
+    from nbgrader.apps import ExportApp
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config_file = Path(config_file)
+    config = PyFileConfigLoader(config_file.name, path=str(config_file.parent)).load_config()
+    config.CourseDirectory.root = str(root)
+    config.ExportPlugin.to = str(to)
+    app = ExportApp(config=config)  # its plugin_class, as the command line resolves it
+    coursedir = CourseDirectory(config=config)
+    plugin = app.plugin_class(config=config)
+    with Gradebook(coursedir.db_url, coursedir.course_id) as gb:
+        plugin.export(gb)

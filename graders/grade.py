@@ -11,12 +11,16 @@ nbgrader does the grading; this module is the path a hand-in takes around it:
    in the sandbox (graders/sandbox.py) and its test cells judged outside the kernel
    (graders/judge.py); a task gets everything as bytes and gives back data;
 3. **engine** (graders/engine.py): the tasks run on Dask, a local cluster by default or an
-   existing one;
+   existing one. The local cluster starts in the background right after intake, while the
+   references, the data and the labs-only gradebook are made, and this process grades the
+   shortest hand-ins itself until the cluster is up (so the first kernel starts at once);
+   one hand-in alone (a regrade) is graded here, with no cluster;
 4. **merge** (graders/merge.py): each result goes into the one gradebook, under the real
    name, as it arrives, one at a time; the graded notebook and feedback page are written
    from its bytes; a line per hand-in goes to grading-log.jsonl (graders/gradelog.py);
-5. **summary**: nbgrader exports grades.csv; timings.csv has each hand-in's phases; the
-   table, the phases summed, and what needs a human look are printed.
+5. **summary**: nbgrader's exporter writes grades.csv (in this process, while the local
+   cluster ends); timings.csv has each hand-in's phases; the table, the phases summed, when
+   the first kernel was up, and what needs a human look are printed.
 
 Whatever one hand-in does, it costs at most its own grade and its own budget: every step of
 it catches its own failure, records the hand-in as 0 with the reason, and the class run
@@ -36,7 +40,9 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
+from collections import deque
 from pathlib import Path
 
 from graders import engine, gradebook, gradelog, intake, merge, references, sandbox_host
@@ -51,9 +57,9 @@ from graders.class_run import (
     write_timings,
 )
 from graders.course import LABS, REPO, prepare_data, unknown_labs
+from graders.export import export_grades
 from graders.gradelog import LogEntry
 from graders.intake import HandIn, Problem
-from graders.nbgrader_cli import nbgrader
 from graders.sandbox_argv import available
 from graders.task import NOTEBOOK_BUDGET_S, assignments_only
 from graders.wire import Course, Job, Result
@@ -165,37 +171,161 @@ def _jobs(hand_ins: list[HandIn], cell_timeout, budget_s: float, feedback: bool)
         yield h, job
 
 
-def _run_tasks(root, scheduler, workers, course, jobs, keys, run, total, say) -> None:
+SPAWN_WAIT_S = 30  # past this, the local cluster's workers are awaited without grading here
+JUPYTER_VARIABLES = ("JUPYTER_PATH", "JUPYTER_RUNTIME_DIR")  # graders.task sets them per task
+
+
+def grade_here(course: Course, job: Job) -> Result:
+    """One grading task in this process, as a worker runs it (graders.task.run: its kernel in
+    the sandbox, everything as data), leaving this process's environment as it was."""
+    from graders import task
+
+    saved = {name: os.environ.get(name) for name in JUPYTER_VARIABLES}
+    try:
+        return task.run(course, job)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+class _Queue:
+    """The hand-ins left to grade, taken from either end by two lanes at once: the engine
+    takes the longest first, this process (while the local cluster starts) the shortest."""
+
+    def __init__(self, jobs) -> None:
+        self._jobs = deque(jobs)
+        self._lock = threading.Lock()
+
+    def first(self):
+        while True:
+            with self._lock:
+                if not self._jobs:
+                    return
+                item = self._jobs.popleft()
+            yield item
+
+    def last(self):
+        with self._lock:
+            return self._jobs.pop() if self._jobs else None
+
+
+def _run_tasks(root, scheduler, workers, course, jobs, keys, run, total, say, local=None):
     """Grade `jobs` on the engine, merging each result as it arrives; an interrupted or lost
-    engine ends the run with what was merged so far (`run.interrupted` says why)."""
+    engine ends the run with what was merged so far (`run.interrupted` says why).
+
+    Without a scheduler, the local cluster (`local`, started by the caller as early as it
+    could, else here) comes up while this process grades the shortest hand-ins itself, one at
+    a time, until the cluster is ready: the first kernel starts at once, and one hand-in
+    alone is graded here with no cluster at all. Returns the thread that ends the local
+    cluster (join it), or None."""
     start = time.monotonic()
+    merging = threading.Lock()  # one result merged at a time, whichever lane it came from
+    closed = threading.Event()  # the run is over: a late result is not merged
 
     def arrived(hand_in: HandIn, result: Result, submitted: float) -> None:
         timings = result.setdefault("timings", {})
         if "started_at" in timings:
             timings["queue"] = max(0.0, timings.pop("started_at") - submitted)
+        kernel_up = timings.pop("kernel_up_at", None)
         timings["intake"] = timings.get("intake", 0.0) + hand_in.intake_s
-        _merge_one(root, hand_in, result, run, keys[(hand_in.student, hand_in.lab)])
-        run.graded += 1
-        elapsed = time.monotonic() - start
-        eta = elapsed / run.graded * (total - run.graded)
-        say(f"  [{run.graded}/{total}] {hand_in.student}/{hand_in.lab}  "
-            f"{elapsed:.0f}s, ETA {eta:.0f}s")  # fmt: skip
+        with merging:
+            if closed.is_set():
+                return
+            if kernel_up is not None:
+                after = max(0.0, kernel_up - run.started_at)
+                run.first_kernel_s = min(run.first_kernel_s or after, after)
+            _merge_one(root, hand_in, result, run, keys[(hand_in.student, hand_in.lab)])
+            run.graded += 1
+            elapsed = time.monotonic() - start
+            eta = elapsed / run.graded * (total - run.graded)
+            say(f"  [{run.graded}/{total}] {hand_in.student}/{hand_in.lab}  "
+                f"{elapsed:.0f}s, ETA {eta:.0f}s")  # fmt: skip
 
+    def here(item) -> None:
+        hand_in, job = item
+        arrived(hand_in, grade_here(course, job), time.time())
+
+    queue = _Queue(jobs)
+    lane = None
     try:
-        if total:
+        if scheduler and total:
             with engine.client(scheduler, workers) as connected:
-                run.dashboard = connected.dashboard_link
-                say(f"Dask dashboard: {run.dashboard}")
-                window = 2 * max(1, len(connected.scheduler_info().get("workers", {}))) + 2
-                engine.run_all(connected, course, jobs, arrived, window)
+                _engine_lane(connected, course, queue, arrived, run, say)
+        elif total:
+            if local is None and total > 1:
+                local = engine.LocalCluster(cluster_size(workers, total))
+
+            def shortest_while_starting() -> None:
+                if not local.wait_spawned(timeout=SPAWN_WAIT_S):
+                    return
+                while not closed.is_set() and not local.ready():
+                    item = queue.last()
+                    if item is None:
+                        return
+                    here(item)
+
+            if local is not None:
+                lane = threading.Thread(target=shortest_while_starting, daemon=True)
+                lane.start()
+                try:
+                    connected = local.client()
+                except OSError as error:  # grade the rest here, one at a time
+                    say(f"note: {error}; grading here, one hand-in at a time")
+                    connected = None
+                if connected is not None:
+                    _engine_lane(connected, course, queue, arrived, run, say)
+                lane.join()
+            for item in iter(queue.last, None):  # alone, or the cluster did not start
+                here(item)
     except KeyboardInterrupt:
         run.interrupted = "interrupted"
     except OSError as error:  # the scheduler could not be reached, or was lost
         run.interrupted = f"lost the grading engine ({error})"
+    with merging:
+        closed.set()
     if run.interrupted:
         say(f"{run.interrupted} after {run.graded} of {total} hand-in(s): what was graded "
             "is in the gradebook; run the same command again to grade the rest")  # fmt: skip
+    return local.close() if local is not None else None
+
+
+def _engine_lane(connected, course, queue, arrived, run, say) -> None:
+    run.dashboard = connected.dashboard_link
+    say(f"Dask dashboard: {run.dashboard}")
+    window = 2 * max(1, len(connected.scheduler_info().get("workers", {}))) + 2
+    engine.run_all(connected, course, queue.first(), arrived, window)
+
+
+def cluster_size(workers: int, hand_ins: int) -> int:
+    """Workers of the local cluster for `hand_ins`: at most `workers`, and no more than the
+    hand-ins left once this process has graded the first one while the cluster starts."""
+    return max(1, min(workers, hand_ins - 1))
+
+
+def _expected(root: Path, hand_ins: list[HandIn], labs: list[str], force: bool) -> int:
+    """How many hand-ins this run will likely grade, known before the references are checked
+    (from the reference files as they are): the size of the local cluster to start at once.
+    A guess only; the run grades what the checked references say."""
+    if force:
+        return len(hand_ins)
+    try:
+        where = references.folder(root)
+        course = {
+            "releases": {
+                lab: (root / "labs" / lab / f"{lab}.ipynb").read_text(encoding="utf-8")
+                for lab in labs
+            },
+            "references": {
+                lab: references.observations(references.path(where, lab)) for lab in labs
+            },
+        }
+        keys = {(h.student, h.lab): hand_in_key(h, course) for h in hand_ins}
+        return len(_not_graded_yet(root, hand_ins, keys, labs))
+    except Exception:  # noqa: BLE001 - missing or damaged: the references step remakes them
+        return len(hand_ins)
 
 
 def grade_class(
@@ -211,8 +341,9 @@ def grade_class(
     scheduler: str | None = None,
 ) -> ClassRun:
     labs = labs or LABS
+    root = Path(root).resolve()  # a task graded here changes the working folder meanwhile
     workers = workers or os.cpu_count() or 1
-    run = ClassRun()
+    run = ClassRun(started_at=time.time())
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     start = time.monotonic()
     book = gradebook.of(root)
@@ -226,31 +357,53 @@ def grade_class(
         raise SystemExit(f"cannot grade safely: {why_not}")
     for missing in sandbox_host.protections_missing() if not scheduler else []:
         say(f"note: {missing}")
-    os.environ.update(prepare_data(labs))
     hand_ins = _intake(root, labs, students, run)
     labs_graded = sorted({h.lab for h in hand_ins})
-    prepare_references(root, labs_graded, workers)
-    with tempfile.TemporaryDirectory(prefix="grading-") as tmp:  # nothing left in the course
-        labs_only = assignments_only(book, Path(tmp) / "labs.db")
-        course = course_inputs(root, labs_graded, labs_only)
-    keys = {(h.student, h.lab): hand_in_key(h, course) for h in hand_ins}
-    if not force:  # resume: what was graded from the same inputs stays as it is
-        left = _not_graded_yet(root, hand_ins, keys, labs_graded)
-        run.skipped = len(hand_ins) - len(left)
-        hand_ins = left
-    hand_ins = longest_first(hand_ins, root)
-    total = len(hand_ins)
-    skipped = f" ({run.skipped} already graded from the same notebook)" if run.skipped else ""
-    where = scheduler or f"a local Dask cluster of {workers} worker(s)"
-    say(f"grading {total} hand-in(s) on {where}{skipped}")
-    jobs = _jobs(hand_ins, cell_timeout, budget_s, feedback)
-    _run_tasks(root, scheduler, workers, course, jobs, keys, run, total, say)
-    if feedback:
-        result = nbgrader("export", f"--to={root / 'grades.csv'}", root=root)
-        if result.returncode != 0:
-            run.problems.append(Problem("grades.csv", "nbgrader export failed"))
+    local = None
+    expected = 0 if scheduler else _expected(root, hand_ins, labs_graded, force)
+    if expected > 1:  # it starts while the data, the references and the gradebook are made
+        local = engine.LocalCluster(cluster_size(workers, expected))
+    ending = None
+    try:
+        os.environ.update(prepare_data(labs_graded))
+        prepare_references(root, labs_graded, workers)
+        with tempfile.TemporaryDirectory(prefix="grading-") as tmp:  # nothing in the course
+            labs_only = assignments_only(book, Path(tmp) / "labs.db")
+            course = course_inputs(root, labs_graded, labs_only)
+        keys = {(h.student, h.lab): hand_in_key(h, course) for h in hand_ins}
+        if not force:  # resume: what was graded from the same inputs stays as it is
+            left = _not_graded_yet(root, hand_ins, keys, labs_graded)
+            run.skipped = len(hand_ins) - len(left)
+            hand_ins = left
+        hand_ins = longest_first(hand_ins, root)
+        total = len(hand_ins)
+        skipped = f" ({run.skipped} already graded from the same notebook)" if run.skipped else ""
+        where = scheduler or (
+            f"a local Dask cluster of {cluster_size(workers, total)} worker(s) and here"
+            if total > 1
+            else "here"
+        )
+        say(f"grading {total} hand-in(s) on {where}{skipped}")
+        jobs = _jobs(hand_ins, cell_timeout, budget_s, feedback)
+        if total < 2 and local is not None:  # a guess too high: nothing for a cluster to do
+            ending, local = local.close(), None
+        ending = (
+            _run_tasks(root, scheduler, workers, course, jobs, keys, run, total, say, local)
+            or ending
+        )
+        local = None
+    finally:
+        if local is not None:  # stopped before the tasks ran (Ctrl-C, a missing solution)
+            ending = local.close()
+    if feedback:  # while the local cluster ends
+        try:
+            export_grades(root, root / "grades.csv", REPO / "nbgrader_config.py")
+        except Exception as error:  # noqa: BLE001 - the grades are in the gradebook
+            run.problems.append(Problem("grades.csv", f"nbgrader export failed: {error}"))
     write_timings(root, run)
     run.scores, run.max_scores = read_scores(root, labs)
+    if ending is not None:
+        ending.join()
     run.wall_s = time.monotonic() - start
     return run
 

@@ -205,6 +205,10 @@ def run(course: Course, job: wire.Job) -> Result:
     instructor's file system. The result is plain data (see `grade`)."""
     begun = time.time()
     try:
+        os.getcwd()
+    except OSError:  # started in a folder removed since: nbgrader reads and restores it
+        os.chdir(tempfile.gettempdir())
+    try:
         sweep_abandoned()
     except Exception as error:  # noqa: BLE001 - tidying up never costs a hand-in
         sandbox_host.LOG.warning("could not sweep abandoned scratch folders: %s", error)
@@ -288,6 +292,8 @@ def _scratch_course(scratch: Path, job: LocalJob) -> tuple[dict, Path]:
     changes = {
         "SandboxedExecute": {"settings": dict(settings)},
         "JudgeRecords": {"reference_dir": job["reference_dir"], "timings": str(timings)},
+        # the same page, its templates compiled once per worker (graders/feedback.py)
+        "GenerateFeedback": {"exporter_class": "graders.feedback.CachedHTMLExporter"},
     }
     if job.get("cell_timeout"):
         changes["Execute"] = {"timeout": job["cell_timeout"]}
@@ -305,6 +311,9 @@ def _autograde(api, scratch: Path, job: LocalJob, events: Path, result: Result) 
     timings["kernel_start"] = measured.get("kernel_start", 0.0)
     timings["checks"] = measured.get("checks", 0.0)
     timings["execution"] = autograde - timings["kernel_start"] - timings["checks"]
+    kernel_up = wire.first_end(scratch / "timings.jsonl", "kernel_start")
+    if kernel_up is not None:  # when (epoch) its kernel was up: the class run's first kernel
+        timings["kernel_up_at"] = kernel_up
     log = str(answer.get("log", "")) + "\n" + str(answer.get("error", ""))
     graded_path = scratch / "autograded" / NEUTRAL_ID / lab / f"{lab}.ipynb"
     if not answer.get("success") or not graded_path.is_file():

@@ -13,6 +13,7 @@ since a task shares no file system with the instructor.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import TypedDict
 
@@ -77,9 +78,11 @@ class Result(TypedDict, total=False):
 
 
 def add_timing(file: Path, phase: str, seconds: float) -> None:
-    """Append `seconds` spent in `phase` to a task's timings file."""
+    """Append `seconds` spent in `phase` to a task's timings file, with when (epoch) it was
+    written: the end of that phase."""
+    row = {"phase": phase, "seconds": seconds, "at": time.time()}
     with open(file, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps({"phase": phase, "seconds": seconds}) + "\n")
+        fh.write(json.dumps(row) + "\n")
 
 
 def read_timings(file: Path) -> dict[str, float]:
@@ -96,3 +99,21 @@ def read_timings(file: Path) -> dict[str, float]:
         except (ValueError, KeyError, TypeError):
             continue
     return sums
+
+
+def first_end(file: Path, phase: str) -> float | None:
+    """When (epoch) `phase` first ended in a task's timings file (the first kernel up, for
+    "kernel_start"), or None where it never did."""
+    ends = []
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            row = json.loads(line)
+            if row["phase"] == phase:
+                ends.append(float(row["at"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return min(ends) if ends else None

@@ -64,3 +64,33 @@ def test_feedback_is_the_template_not_the_kernels_outputs():
     assert [o.text for o in nb.cells[2].outputs] == ["A visible check failed: visible\n"]
     assert nb.cells[1].outputs == []
     assert "HIDDEN CODE" not in json.dumps(nb)
+
+
+def test_the_cached_exporter_writes_the_same_page_and_compiles_once():
+    """graders.feedback.CachedHTMLExporter (a class run's generate_feedback): byte for byte
+    nbconvert's HTMLExporter's page, and a second exporter compiles no template."""
+    import jinja2
+    from nbconvert.exporters import HTMLExporter
+
+    from graders.feedback import CachedHTMLExporter
+
+    nb = nbformat.read(REPO / "labs" / LABS[0] / f"{LABS[0]}.ipynb", as_version=4)
+    compiled = []
+    original = jinja2.Environment.compile
+
+    def counting(self, *args, **kwargs):
+        compiled.append(args[1] if len(args) > 1 else kwargs.get("name"))
+        return original(self, *args, **kwargs)
+
+    jinja2.Environment.compile = counting
+    try:
+        plain = HTMLExporter().from_notebook_node(nb)[0]
+        assert compiled  # nbconvert's own exporter compiles its templates every time
+        compiled.clear()
+        first = CachedHTMLExporter().from_notebook_node(nb)[0]
+        compiled.clear()
+        second = CachedHTMLExporter().from_notebook_node(nb)[0]
+    finally:
+        jinja2.Environment.compile = original
+    assert plain == first == second
+    assert compiled == []
