@@ -265,6 +265,7 @@ class SandboxedExecute(Execute):
             LOG.warning("grading WITHOUT a sandbox: %s", available())
         super().__init__(*args, **kwargs)
         self._deadline = self._stuck = None
+        self._timed_out = False
         self._plan: dict[int, budgets.Budget] | None = None
         self._notebook_s: float | None = None
         self._cell_s: float | None = None
@@ -328,9 +329,13 @@ class SandboxedExecute(Execute):
                     self.timeout,
                     self._notebook_s or budgets.FLAT_NOTEBOOK_S,
                 )
-            self._notebook_s = self._notebook_s or budgets.FLAT_NOTEBOOK_S
+        self._notebook_s = self._notebook_s or budgets.FLAT_NOTEBOOK_S
         self._deadline = time.monotonic() + self._notebook_s if self._notebook_s else None
         return super().preprocess(nb, resources, km)
+
+    async def _async_handle_timeout(self, timeout, cell=None):
+        self._timed_out = True  # nbclient's own word that the cell ran past its timeout
+        return await super()._async_handle_timeout(timeout, cell)
 
     def _left(self) -> float:
         return self._deadline - time.monotonic()
@@ -358,7 +363,7 @@ class SandboxedExecute(Execute):
         budget = self._plan.get(index) if self._plan is not None else None
         self._cell_s = budget.seconds if budget is not None else None
         timeout = self._get_timeout(cell)
-        started = time.monotonic()
+        started, self._timed_out = time.monotonic(), False
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
         except CellTimeoutError:  # interrupted, and still busy: nothing more can run in it
@@ -370,7 +375,7 @@ class SandboxedExecute(Execute):
         elapsed = time.monotonic() - started
         timed_out = timeout is not None and elapsed >= timeout - 0.5
         over_notebook = self._deadline is not None and self._left() <= 0
-        if timed_out and budget is not None and not over_notebook:
+        if self._timed_out and budget is not None and not over_notebook:
             # its own budget: stopped here, and the cells after it say why
             self._limits[index] = budgets.words(budget, itself=True)
             self._stuck = budgets.words(budget)
