@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                 figures[mode, who] = took
                 print(
                     f"{mode:>8} budgets, {who:<15} {took:7.1f} s wall, "
-                    f"stopped: {len(stopped(run))} {stopped(run)}{label}",
+                    f"with a limit verdict: {len(stopped(run))} {stopped(run)}{label}",
                     flush=True,
                 )
         for mode in ("flat", "per-lab"):
