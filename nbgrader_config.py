@@ -39,7 +39,22 @@ c.ClearSolutions.code_stub = {
 }
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
-# Execution limits while grading (graders/ adds its own whole-notebook budget).
+# Execution limits while grading: per-lab time budgets (graders/budgets.py). `make build` times
+# each code cell of the lab's solution under grading conditions (build/reference/<lab>.json);
+# a hand-in's cell may then run `budget_multiple` times the solution's time for it, at least
+# `budget_floor_s` (`budget_first_cell_floor_s` for the first cell, which imports torch), and
+# the whole notebook `budget_multiple` times the solution's whole run, at least
+# `budget_notebook_floor_s`. A cell that runs out of its budget is stopped there and the
+# notebook is graded up to it; its feedback names the cell, its budget and the solution's
+# time. The multiple covers a student's slower (honest) code and a slower grading machine:
+# see docs/budgets.md for how these defaults were chosen.
+c.SandboxedExecute.budget_multiple = 10
+c.SandboxedExecute.budget_floor_s = 10
+c.SandboxedExecute.budget_first_cell_floor_s = 30
+c.SandboxedExecute.budget_notebook_floor_s = 60
+# Without a timed reference (plain `nbgrader autograde` before `make build`), or where the
+# caller of graders.grade.grade_class gives cell_timeout or budget_s, the flat limits: this
+# per cell, 600 s a notebook.
 c.Execute.timeout = 120  # seconds per cell
 c.Execute.interrupt_on_timeout = True
 

@@ -15,17 +15,20 @@ from pathlib import Path
 import nbformat
 
 from graders import references
+from graders.budgets import CellTime, cell_times
 from graders.records import Observations, records, test_cells
 from graders.references import ReferenceFile
 from graders.sandbox_argv import KERNEL_SIDE, KERNEL_THREADS
 
 
-def reference_observations(
+def reference_run(
     solution: Path, timeout: int = 600, threads: int | None = None
-) -> Observations:
-    """Run the instructor's solution notebook (trusted code only) and collect its records
-    (with the students' number of torch threads, so that both compute alike). A test cell of
-    the solution that fails is the instructor's mistake: it stops here, by name."""
+) -> tuple[Observations, list[CellTime]]:
+    """Run the instructor's solution notebook (trusted code only) under grading conditions
+    (``NBGRADER_EXECUTION`` set, so labs that train shorter while graded do here too; the
+    students' number of torch threads, so that both compute alike) and collect its records
+    and how long each code cell took (the hand-ins' time budgets follow from these). A test
+    cell of the solution that fails is the instructor's mistake: it stops here, by name."""
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
     from nbclient import NotebookClient
@@ -50,7 +53,14 @@ def reference_observations(
                     f"{solution}: the solution fails its own test cell "
                     f"{cell.metadata.nbgrader['grade_id']!r}: {output.ename}: {output.evalue}"
                 )
-    return records(nb)
+    return records(nb), cell_times(nb)
+
+
+def reference_observations(
+    solution: Path, timeout: int = 600, threads: int | None = None
+) -> Observations:
+    """The records of `reference_run`."""
+    return reference_run(solution, timeout, threads)[0]
 
 
 def cached_reference(solution: Path, cache: Path) -> Observations:
@@ -59,19 +69,27 @@ def cached_reference(solution: Path, cache: Path) -> Observations:
     are the same (once per release, not per grading)."""
     from importlib.metadata import version
 
-    made_of = f"torch {version('torch')}, {KERNEL_THREADS} thread(s), ".encode()
+    made_of = (
+        f"torch {version('torch')}, {KERNEL_THREADS} thread(s), "
+        f"format {references.VERSION}, "  # an older file lacks what this one keeps: remade
+    ).encode()
     recorder = b"".join(path.read_bytes() for path in sorted(KERNEL_SIDE.glob("*.py")))
     key = hashlib.sha256(made_of + recorder + solution.read_bytes()).hexdigest()
     try:
         saved = references.read(cache)
-        if saved["key"] == key:
+        if saved["key"] == key and references.timing(cache) is not None:
             return saved["observations"]
     except (OSError, ValueError, KeyError, TypeError):
         pass  # missing, stale or damaged: make it again
     started = time.monotonic()
-    observed = reference_observations(solution, threads=KERNEL_THREADS)
+    observed, cells = reference_run(solution, threads=KERNEL_THREADS)
     seconds = round(time.monotonic() - started, 2)  # what a hand-in of this lab may cost
-    references.write(cache, ReferenceFile(key=key, observations=observed, seconds=seconds))
+    references.write(
+        cache,
+        ReferenceFile(
+            version=references.VERSION, key=key, observations=observed, seconds=seconds, cells=cells
+        ),
+    )
     return observed
 
 

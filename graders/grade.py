@@ -61,7 +61,7 @@ from graders.export import export_grades
 from graders.gradelog import LogEntry
 from graders.intake import HandIn, Problem
 from graders.sandbox_argv import available
-from graders.task import NOTEBOOK_BUDGET_S, assignments_only
+from graders.task import assignments_only
 from graders.wire import Course, Job, Result
 
 
@@ -73,6 +73,7 @@ def course_inputs(root: Path, labs: list[str], labs_only: Path) -> Course:
     """What every task of the class shares, as data (no shared file system is assumed)."""
     where = references.folder(root)
     observed = {lab: references.observations(references.path(where, lab)) for lab in labs}
+    timings = {lab: _timing(references.path(where, lab)) for lab in labs}
     releases, files = {}, {}
     for lab in labs:
         folder = root / "labs" / lab
@@ -88,7 +89,17 @@ def course_inputs(root: Path, labs: list[str], labs_only: Path) -> Course:
         references=observed,
         releases=releases,
         files=files,
+        timings=timings,
     )
+
+
+def _timing(file: Path) -> dict:
+    """The solution's times in a reference file, as its task's copy keeps them (the per-lab
+    time budgets, graders/budgets.py); {} where it has none (flat limits)."""
+    timed = references.timing(file)
+    if timed is None:
+        return {}
+    return {"version": references.VERSION, "cells": timed[0], "seconds": timed[1]}
 
 
 def longest_first(hand_ins: list[HandIn], root: Path) -> list[HandIn]:
@@ -157,7 +168,7 @@ def _not_graded_yet(
     return [h for h in hand_ins if (h.student, h.lab) not in done]
 
 
-def _jobs(hand_ins: list[HandIn], cell_timeout, budget_s: float, feedback: bool):
+def _jobs(hand_ins: list[HandIn], cell_timeout, budget_s: float | None, feedback: bool):
     """(hand-in, Job) for each hand-in, made as the engine asks for the next one."""
     for h in hand_ins:
         job = Job(
@@ -335,7 +346,7 @@ def grade_class(
     feedback: bool = True,
     quiet: bool = False,
     cell_timeout: int | None = None,
-    budget_s: float = NOTEBOOK_BUDGET_S,
+    budget_s: float | None = None,
     students: list[str] | None = None,
     force: bool = False,
     scheduler: str | None = None,

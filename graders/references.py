@@ -7,7 +7,11 @@ task's copy in its scratch course) and orders the hand-ins by `seconds`. A `Refe
 * ``observations``: `graders.records.Observations`, by test cell's grade_id;
 * ``key``: what they were made from (solution, recorder, torch, threads), so a stale file is
   made again; absent in a task's copy;
-* ``seconds``: how long the solution took to run, what a hand-in of this lab may cost.
+* ``seconds``: how long the solution took to run, what a hand-in of this lab may cost;
+* ``cells``: how long each of its code cells took (`graders.budgets.CellTime`), from which
+  every hand-in's per-cell and per-notebook time budgets follow (graders/budgets.py);
+* ``version``: the format, `VERSION`; a file without one is version 1 (no ``cells``): it is
+  still read, and its lab is graded with the flat budgets until `make build` makes it again.
 """
 
 from __future__ import annotations
@@ -17,13 +21,18 @@ import os
 from pathlib import Path
 from typing import TypedDict
 
+from graders.budgets import CellTime
 from graders.records import Observations
+
+VERSION = 2  # 2: per-cell times (``cells``) for the time budgets
 
 
 class ReferenceFile(TypedDict, total=False):
+    version: int
     key: str
     observations: Observations
     seconds: float
+    cells: list[CellTime]
 
 
 def folder(root: Path) -> Path:
@@ -55,6 +64,31 @@ def seconds(file: Path) -> float:
         return float(read(file).get("seconds", 0))
     except (OSError, ValueError, TypeError, AttributeError):
         return 0.0
+
+
+def timing(file: Path) -> tuple[list[CellTime], float] | None:
+    """The solution's time for each code cell and for its whole run, or None where the file
+    is missing, damaged, of version 1 or untimed (its lab then gets the flat budgets)."""
+    try:
+        saved = read(file)
+        cells, total = saved.get("cells"), float(saved.get("seconds", 0))
+        if int(saved.get("version", 1)) < 2 or not isinstance(cells, list) or not cells:
+            return None
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    try:
+        checked = [
+            CellTime(
+                id=c.get("id") if isinstance(c.get("id"), str) else None,
+                grade_id=c.get("grade_id") if isinstance(c.get("grade_id"), str) else None,
+                source=str(c["source"]),
+                seconds=max(0.0, float(c["seconds"])),
+            )
+            for c in cells
+        ]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return checked, max(total, sum(c["seconds"] for c in checked))
 
 
 def write(file: Path, saved: ReferenceFile) -> None:

@@ -25,8 +25,9 @@ nbgrader's Execute step is `SandboxedExecute` (nbgrader_config.py), whose
   kernel); memory for all its processes together and a process count (a cgroup, v2 or v1,
   where the machine lets the grader make one, else per-process address space and
   RLIMIT_NPROC), a per-process address-space cap (a large allocation raises MemoryError in
-  its own cell), a cap on any one file, a small private /dev/shm, and a wall-clock budget for
-  the whole notebook.
+  its own cell), a cap on any one file, a small private /dev/shm, and wall-clock budgets
+  for each cell and for the whole notebook, per lab (graders/budgets.py): a multiple of the
+  solution's own time, from the reference `make build` timed.
 
 This module is nbgrader's side: `SandboxedExecute` (the Execute step, with the whole-notebook
 budget) and `SandboxKernelManager` (starts, watches and throws away each kernel). The
@@ -61,9 +62,9 @@ import nbformat
 from jupyter_client.manager import AsyncKernelManager
 from nbclient.exceptions import CellTimeoutError
 from nbgrader.preprocessors import Execute
-from traitlets import Dict
+from traitlets import Dict, Float, Unicode
 
-from graders import sandbox_host, wire
+from graders import budgets, references, sandbox_host, wire
 from graders.sandbox_argv import KERNEL_THREADS, available, kernel_argv, matplotlib_font_list
 
 KILL_GRACE_S = 60  # a kernel still running this long after its notebook's budget is killed
@@ -78,7 +79,8 @@ class Settings(TypedDict, total=False):
     files: list[str]  # read-only files put beside the notebook (a lab's data)
     env: dict[str, str]  # variables added to the kernel's environment
     threads: int  # torch threads (default KERNEL_THREADS)
-    budget_s: float  # the whole notebook's budget
+    budget_s: float  # the whole notebook's budget: flat, instead of the per-lab budgets
+    flat: bool  # the per-cell timeout and `budget_s` as given, not the per-lab budgets
     events: str  # file: a kernel killed over its budget is written here
     timings: str  # file: the seconds each kernel took to start are written here
 
@@ -163,7 +165,9 @@ class SandboxKernelManager(AsyncKernelManager):
         events = self.sandbox.get("events")
         if events:
             with open(events, "a") as fh:
-                fh.write(json.dumps({"kernel": str(self._private), "budget_s": budget}) + "\n")
+                notebook_s = budget - KILL_GRACE_S
+                event = {"kernel": str(self._private), "budget_s": budget, "notebook_s": notebook_s}
+                fh.write(json.dumps(event) + "\n")
         process.kill()  # bwrap; --die-with-parent takes the kernel with it
 
     async def _async_shutdown_kernel(self, now: bool = False, restart: bool = False):
@@ -210,20 +214,47 @@ class SandboxKernelManager(AsyncKernelManager):
 
 class SandboxedExecute(Execute):
     """nbgrader's Execute, with each kernel in the sandbox wherever bubblewrap runs (also
-    under a plain ``nbgrader autograde``), and a budget for the whole notebook when the
-    grader sets one (graders.task sets ``settings``).
+    under a plain ``nbgrader autograde``), and time budgets for each cell and the notebook.
 
-    The budget shortens the per-cell timeout as it runs out. The cell running when it ends
-    gets a timeout error that names the budget, and the cells after it are not run (an error
-    saying so), so the checks that finished in time keep their points. The same holds for a
-    cell that ignores the interrupt after its own time limit: the notebook is graded up to
-    there instead of failing as a whole. Limits are also noted, by cell, in
-    ``resources["sandbox_limits"]``, measured here and so out of the kernel's reach
-    (graders/judge.py words the verdict from them).
+    **Budgets.** Per lab (graders/budgets.py): each code cell may run ``budget_multiple``
+    times the solution's own time for it, at least ``budget_floor_s``
+    (``budget_first_cell_floor_s`` for the first cell), and the notebook ``budget_multiple``
+    times the whole solution run, at least ``budget_notebook_floor_s``; the solution's times
+    are in the lab's reference file (``reference_dir``, else <course>/build/reference, remade
+    first when the course's source notebook is newer, as the judge does). A lab without a
+    timed reference, or a grader that sets ``settings["flat"]``, gets the flat limits instead:
+    nbgrader's per-cell ``timeout`` and ``settings["budget_s"]`` (600 s when not given), with
+    a note in the log.
+
+    **Stopped.** A cell that runs out of its own per-lab budget is interrupted and the
+    notebook stops there: the cells after it are not run (an error saying which cell ran out
+    of time, its budget and the solution's time for it), so the checks that finished in time
+    keep their points and the others say why they have none. The cell running when the
+    notebook's budget ends gets a timeout error that names the budget, and the cells after it
+    are not run either; so too after a cell that ignores the interrupt. Under the flat limits
+    a cell past nbgrader's timeout is interrupted and the notebook goes on, as nbgrader does.
+    Limits are also noted, by cell, in ``resources["sandbox_limits"]``, measured here and so
+    out of the kernel's reach (graders/judge.py words the verdict from them).
     """
 
     settings = Dict(help="a Settings, from the grader (graders.task)").tag(config=True)
+    reference_dir = Unicode(
+        "", help="folder of <lab>.json reference files (default: <course>/build/reference)"
+    ).tag(config=True)
+    budget_multiple = Float(
+        budgets.Policy.multiple, help="a cell's and a notebook's budget: this times the solution's"
+    ).tag(config=True)
+    budget_floor_s = Float(budgets.Policy.floor_s, help="the least budget of a cell").tag(
+        config=True
+    )
+    budget_first_cell_floor_s = Float(
+        budgets.Policy.first_floor_s, help="the least budget of the first cell (imports torch)"
+    ).tag(config=True)
+    budget_notebook_floor_s = Float(
+        budgets.Policy.notebook_floor_s, help="the least budget of a whole notebook"
+    ).tag(config=True)
     _warned = False
+    _noted: set = set()
 
     def __init__(self, *args, **kwargs):
         self._sandboxed = available() is None
@@ -234,26 +265,83 @@ class SandboxedExecute(Execute):
             LOG.warning("grading WITHOUT a sandbox: %s", available())
         super().__init__(*args, **kwargs)
         self._deadline = self._stuck = None
+        self._timed_out = False
+        self._plan: dict[int, budgets.Budget] | None = None
+        self._notebook_s: float | None = None
+        self._cell_s: float | None = None
+
+    def policy(self) -> budgets.Policy:
+        return budgets.Policy(
+            multiple=self.budget_multiple,
+            floor_s=self.budget_floor_s,
+            first_floor_s=self.budget_first_cell_floor_s,
+            notebook_floor_s=self.budget_notebook_floor_s,
+        )
 
     def create_kernel_manager(self):
         km = super().create_kernel_manager()
         if isinstance(km, SandboxKernelManager):
             km.sandbox = dict(self.settings)
+            if self._notebook_s:  # the watchdog behind the budget
+                km.sandbox["budget_s"] = self._notebook_s
         return km
 
+    def _timing(self, lab: str | None):
+        """The lab's timed reference (graders.references.timing), or why there is none."""
+        if not lab:
+            return None, "the notebook's lab is not known"
+        from nbgrader.coursedir import CourseDirectory
+
+        coursedir = CourseDirectory(config=self.config)
+        root = Path(coursedir.root)
+        folder = Path(self.reference_dir) if self.reference_dir else references.folder(root)
+        file = references.path(folder, lab)
+        source = Path(coursedir.format_path(coursedir.source_directory, ".", lab)) / f"{lab}.ipynb"
+        if not self.reference_dir and source.is_file():  # plain nbgrader in the repository
+            from graders.build_reference import cached_reference
+
+            try:
+                cached_reference(source, file)
+            except Exception as error:  # noqa: BLE001 - the judge says it again, in full
+                return None, f"its reference could not be made ({error})"
+        timed = references.timing(file)
+        if timed is None:
+            return None, f"{file} is missing or holds no per-cell times: run `make build`"
+        return timed, None
+
     def preprocess(self, nb, resources=None, km=None):
-        budget = self.settings.get("budget_s")
-        self._deadline = time.monotonic() + budget if budget else None
-        self._stuck = None  # why the kernel can run nothing more
         resources = resources if resources is not None else {}
         self._limits = resources.setdefault("sandbox_limits", {})
+        self._stuck = None  # why the kernel can run nothing more
+        self._plan, self._notebook_s = None, self.settings.get("budget_s")
+        if not self.settings.get("flat"):
+            lab = resources.get("nbgrader", {}).get("assignment")
+            timed, why_not = self._timing(lab)
+            if timed is not None:
+                self._plan, self._notebook_s = budgets.plan(nb, *timed, self.policy())
+            elif (lab, why_not) not in SandboxedExecute._noted:
+                SandboxedExecute._noted.add((lab, why_not))
+                LOG.warning(
+                    "no per-lab time budgets for %s (%s): flat limits of %s s a cell and "
+                    "%s s a notebook",
+                    lab,
+                    why_not,
+                    self.timeout,
+                    self._notebook_s or budgets.FLAT_NOTEBOOK_S,
+                )
+        self._notebook_s = self._notebook_s or budgets.FLAT_NOTEBOOK_S
+        self._deadline = time.monotonic() + self._notebook_s if self._notebook_s else None
         return super().preprocess(nb, resources, km)
+
+    async def _async_handle_timeout(self, timeout, cell=None):
+        self._timed_out = True  # nbclient's own word that the cell ran past its timeout
+        return await super()._async_handle_timeout(timeout, cell)
 
     def _left(self) -> float:
         return self._deadline - time.monotonic()
 
     def _get_timeout(self, cell):
-        timeout = super()._get_timeout(cell)
+        timeout = self._cell_s if self._cell_s is not None else super()._get_timeout(cell)
         if self._deadline is None:
             return timeout
         left = max(1, math.ceil(self._left()))
@@ -268,21 +356,34 @@ class SandboxedExecute(Execute):
             self._limits[index] = used_up
             return cell, resources
         if self._stuck:
-            cell.outputs = [_error("KernelUnresponsive", f"not run: {self._stuck}")]
-            self._limits[index] = f"not run: {self._stuck}"
+            not_run = self._stuck if self._plan is not None else f"not run: {self._stuck}"
+            cell.outputs = [_error("KernelUnresponsive", not_run)]
+            self._limits[index] = not_run
             return cell, resources
+        budget = self._plan.get(index) if self._plan is not None else None
+        self._cell_s = budget.seconds if budget is not None else None
         timeout = self._get_timeout(cell)
-        started = time.monotonic()
+        started, self._timed_out = time.monotonic(), False
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
         except CellTimeoutError:  # interrupted, and still busy: nothing more can run in it
             self._stuck = f"cell {index} did not stop when the kernel was interrupted"
             cell.outputs.append(_error("KernelUnresponsive", self._stuck + " after its time limit"))
             self._limits[index] = self._stuck + " after its time limit"
+        finally:
+            self._cell_s = None
         elapsed = time.monotonic() - started
-        if timeout is not None and elapsed >= timeout - 0.5 and index not in self._limits:
+        timed_out = timeout is not None and elapsed >= timeout - 0.5
+        over_notebook = self._deadline is not None and self._left() <= 0
+        if self._timed_out and budget is not None and not over_notebook:
+            # its own budget: stopped here, and the cells after it say why
+            self._limits[index] = budgets.words(budget, itself=True)
+            self._stuck = budgets.words(budget)
+            cell.outputs = [o for o in cell.outputs if o.get("ename") != "KernelUnresponsive"]
+            cell.outputs.append(_error("CellTimeoutError", self._limits[index]))
+        elif timed_out and index not in self._limits:
             self._limits[index] = f"stopped at the time limit of {timeout:g} s for one cell"
-        if self._deadline is not None and self._left() <= 0:
+        if over_notebook:
             ran_out = f"{self._budget()} ran out while this cell was running"
             self._limits[index] = ran_out
             for output in cell.outputs:
@@ -293,7 +394,7 @@ class SandboxedExecute(Execute):
         return cell, resources
 
     def _budget(self) -> str:
-        return f"the whole-notebook budget of {self.settings['budget_s']:g} s"
+        return f"the whole-notebook budget of {self._notebook_s:g} s"
 
 
 def _error(ename: str, evalue: str):

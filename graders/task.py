@@ -39,7 +39,6 @@ from graders.wire import Course, LocalJob, Result, Scores
 warnings.filterwarnings("ignore", message=".*not in session, add operation along.*")
 
 NEUTRAL_ID = "student"
-NOTEBOOK_BUDGET_S = 600  # a whole notebook, on top of nbgrader's per-cell timeout
 MAX_FEEDBACK_BYTES = 5 * 2**20
 TOO_BIG_FEEDBACK = (
     "<html><body><p>The feedback page of this notebook was over {limit} MB and is not "
@@ -218,7 +217,10 @@ def run(course: Course, job: wire.Job) -> Result:
         (scratch / "nbgrader_config.py").write_text(course["config"])
         (scratch / "labs.db").write_bytes(course["gradebook"])
         where = scratch / "reference"
-        references.write(references.path(where, lab), {"observations": course["references"][lab]})
+        timed = course.get("timings", {}).get(lab) or {}  # the per-lab time budgets' source
+        references.write(
+            references.path(where, lab), {"observations": course["references"][lab], **timed}
+        )
         files = scratch / "files"
         files.mkdir()
         for name, data in course.get("files", {}).get(lab, {}).items():
@@ -280,17 +282,20 @@ def _scratch_course(scratch: Path, job: LocalJob) -> tuple[dict, Path]:
         files=job.get("files", []),
         env={"COURSE_DATA_ROOT": data} if data else {},
         threads=KERNEL_THREADS,
-        budget_s=job.get("budget_s") or NOTEBOOK_BUDGET_S,
         events=str(events),
         timings=str(timings),
+        # limits the caller gave replace the per-lab budgets (graders/budgets.py) wholesale
+        flat=bool(job.get("budget_s") or job.get("cell_timeout")),
     )
+    if job.get("budget_s"):
+        settings["budget_s"] = job["budget_s"]
     # jupyter's own variables: where nbgrader's kernel manager finds the kernelspec and
     # puts its runtime files
     os.environ.update(
         {"JUPYTER_PATH": str(scratch / "jupyter"), "JUPYTER_RUNTIME_DIR": str(runtime)}
     )
     changes = {
-        "SandboxedExecute": {"settings": dict(settings)},
+        "SandboxedExecute": {"settings": dict(settings), "reference_dir": job["reference_dir"]},
         "JudgeRecords": {"reference_dir": job["reference_dir"], "timings": str(timings)},
         # the same page, its templates compiled once per worker (graders/feedback.py)
         "GenerateFeedback": {"exporter_class": "graders.feedback.CachedHTMLExporter"},
@@ -318,8 +323,7 @@ def _autograde(api, scratch: Path, job: LocalJob, events: Path, result: Result) 
     graded_path = scratch / "autograded" / NEUTRAL_ID / lab / f"{lab}.ipynb"
     if not answer.get("success") or not graded_path.is_file():
         if events.is_file():
-            budget = job.get("budget_s") or NOTEBOOK_BUDGET_S
-            result["reason"] = f"stopped after the whole-notebook budget of {budget:g} s"
+            result["reason"] = f"stopped after {wire.kill_reason(events)}"
         else:
             result["reason"] = failure_reason(log)
         return False

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from graders.records import Observations
 
@@ -26,14 +26,15 @@ class Course(TypedDict):
     references: dict[str, Observations]  # by lab: the solution's records
     releases: dict[str, str]  # by lab: the released notebook's text
     files: dict[str, dict[str, bytes]]  # by lab: the release's other files, by name
+    timings: NotRequired[dict[str, dict]]  # by lab: the solution's times (graders/budgets.py)
 
 
 class Job(TypedDict):
     lab: str
     notebook: str  # the hand-in's notebook, text
     timestamp: str | None  # nbgrader's timestamp.txt, when handed in with one
-    cell_timeout: int | None  # seconds per cell (nbgrader's default when None)
-    budget_s: float  # the whole notebook
+    cell_timeout: int | None  # seconds per cell, flat (None: the per-lab budgets)
+    budget_s: float | None  # the whole notebook, flat (None: the per-lab budgets)
     feedback: bool  # make the feedback page too
 
 
@@ -117,3 +118,12 @@ def first_end(file: Path, phase: str) -> float | None:
         except (ValueError, KeyError, TypeError):
             continue
     return min(ends) if ends else None
+
+
+def kill_reason(events: Path) -> str:
+    """What the sandbox's events file says of a kernel it killed over the notebook's budget."""
+    try:
+        event = json.loads(events.read_text().splitlines()[0])
+        return f"the whole-notebook budget of {float(event['notebook_s']):g} s"
+    except (OSError, ValueError, IndexError, KeyError, TypeError):
+        return "the whole-notebook budget"

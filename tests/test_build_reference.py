@@ -1,5 +1,14 @@
-"""Reference-making (graders/build_reference.py): the solution's records are kept, and made
-again when what records them changes."""
+"""Reference-making (graders/build_reference.py): the solution's records and each code cell's
+time are kept, and made again when what records them changes or the file's format is older."""
+
+import json
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook
+
+from graders import references
+
+TIMED = {"id": "a", "grade_id": None, "source": "d", "seconds": 0.5}
 
 
 def test_the_reference_is_made_again_when_the_recorder_changes(tmp_path, monkeypatch):
@@ -13,8 +22,8 @@ def test_the_reference_is_made_again_when_the_recorder_changes(tmp_path, monkeyp
     runs = []
     monkeypatch.setattr(
         build_reference,
-        "reference_observations",
-        lambda solution, threads: runs.append(1) or {"t": []},
+        "reference_run",
+        lambda solution, threads: runs.append(1) or ({"t": []}, [TIMED]),
     )
     solution, cache = tmp_path / "lab.ipynb", tmp_path / "reference" / "lab.json"
     solution.write_text("{}")
@@ -24,3 +33,51 @@ def test_the_reference_is_made_again_when_the_recorder_changes(tmp_path, monkeyp
     (kernel / "grader_observe.py").write_text("# version 2\n")
     build_reference.cached_reference(solution, cache)
     assert len(runs) == 2
+
+
+def test_a_reference_of_the_older_format_is_made_again(tmp_path, monkeypatch):
+    """A file without per-cell times (version 1) is made again, with them; so is every file
+    when the format's version changes."""
+    from graders import build_reference
+
+    runs = []
+    cells = [{"id": "a", "grade_id": None, "source": "d", "seconds": 0.5}]
+    monkeypatch.setattr(
+        build_reference,
+        "reference_run",
+        lambda solution, threads: runs.append(1) or ({"t": []}, cells),
+    )
+    solution, cache = tmp_path / "lab.ipynb", tmp_path / "reference" / "lab.json"
+    solution.write_text("{}")
+    build_reference.cached_reference(solution, cache)
+    key = references.read(cache)["key"]
+    cache.write_text(json.dumps({"key": key, "observations": {"t": []}, "seconds": 1}))  # v1
+    build_reference.cached_reference(solution, cache)
+    assert len(runs) == 2
+    assert references.read(cache)["version"] == references.VERSION
+    assert references.timing(cache)[0] == cells
+    build_reference.cached_reference(solution, cache)
+    assert len(runs) == 2  # up to date: kept
+    monkeypatch.setattr(references, "VERSION", references.VERSION + 1)
+    build_reference.cached_reference(solution, cache)
+    assert len(runs) == 3
+
+
+def test_each_code_cell_of_the_solution_is_timed_under_grading_conditions(tmp_path):
+    """The reference run times every code cell (the budgets follow from it) with
+    NBGRADER_EXECUTION set, as when a hand-in is graded (labs 5 and 7 train shorter then)."""
+    from graders.build_reference import reference_run
+
+    nb = new_notebook(
+        cells=[
+            new_code_cell("import os, time\ntime.sleep(0.5)"),
+            new_code_cell("print(os.environ.get('NBGRADER_EXECUTION'))"),
+        ]
+    )
+    solution = tmp_path / "lab.ipynb"
+    nbformat.write(nb, solution)
+    _, cells = reference_run(solution, timeout=60)
+    assert [c["id"] for c in cells] == [c.id for c in nb.cells]
+    assert 0.5 <= cells[0]["seconds"] < 10 and 0 <= cells[1]["seconds"] < cells[0]["seconds"]
+    executed = nbformat.read(solution, as_version=4)  # unchanged on disk; the run's own copy
+    assert executed.cells[1].outputs == []

@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
 from helpers import running_with, stream_text
 from nbclient import NotebookClient
@@ -266,3 +267,143 @@ def test_the_graders_settings_reach_every_kernel_through_nbgraders_configuration
         assert list(runtime.iterdir()) == []  # nothing of the kernel is left there
     finally:
         shutil.rmtree(runtime, ignore_errors=True)
+
+
+# ------------------------------------------------------------ per-lab time budgets (hostile)
+
+
+def timed_reference(folder: Path, lab: str, nb, seconds: float) -> None:
+    """A reference file for `lab` in which every code cell of `nb` took `seconds`."""
+    from graders import budgets, references
+
+    cells = [
+        budgets.CellTime(
+            id=c.get("id"),
+            grade_id=c.metadata.get("nbgrader", {}).get("grade_id"),
+            source=budgets.digest(c.source),
+            seconds=seconds,
+        )
+        for c in nb.cells
+        if c.cell_type == "code"
+    ]
+    total = seconds * len(cells)
+    references.write(
+        references.path(folder, lab),
+        {"version": references.VERSION, "observations": {}, "seconds": total, "cells": cells},
+    )
+
+
+def budgeted_step(tmp_path, **policy):
+    """SandboxedExecute as nbgrader_config.py makes it, reading references in tmp_path."""
+    runtime = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))  # short: the kernel's sockets
+    options = {"settings": {"runtime": str(runtime)}, "reference_dir": str(tmp_path / "ref")}
+    options.update(policy)
+    step = sandbox.SandboxedExecute(config=Config({"SandboxedExecute": options}))
+    step.timeout, step.interrupt_on_timeout, step.allow_errors = 120, True, True
+    return step, runtime
+
+
+def copy_nb(nb):
+    return nbformat.from_dict(json.loads(json.dumps(nb)))
+
+
+def lab_resources(tmp_path, lab="labx"):
+    return {"metadata": {"path": str(tmp_path)}, "nbgrader": {"assignment": lab}}
+
+
+def graded_cell(source, grade_id):
+    return new_code_cell(source, id=grade_id, metadata={"nbgrader": {"grade_id": grade_id}})
+
+
+def test_a_hand_in_that_loops_is_stopped_at_its_cells_budget_and_graded_up_to_there(tmp_path):
+    """Exercise 2 loops forever: its cell is stopped at its own budget (a multiple of the
+    solution's time, with the floor), long before the flat 120 s; the check before it keeps
+    its result, the cells after it are not run, and the test cell after it says which cell
+    ran out of time, its budget and the solution's time, where the judge words its verdict."""
+    from nbformat.v4 import new_markdown_cell
+
+    from graders.judge import verdict
+
+    solution = new_notebook(
+        cells=[
+            new_code_cell("x = 6 * 7", id="setup"),
+            new_markdown_cell("## Exercise 1", id="m1"),
+            graded_cell("def f():\n    return x", "ex1"),
+            graded_cell("print('checked', f())", "test_ex1"),
+            new_markdown_cell("## Exercise 2", id="m2"),
+            graded_cell("def g():\n    return 1", "ex2"),
+            graded_cell("print('after', g())", "test_ex2"),
+        ]
+    )
+    timed_reference(tmp_path / "ref", "labx", solution, 0.2)
+    hand_in = copy_nb(solution)
+    hand_in.cells[5].source = "while True:\n    pass"  # the student's exercise 2
+    step, runtime = budgeted_step(
+        tmp_path, budget_floor_s=3, budget_first_cell_floor_s=60, budget_notebook_floor_s=200
+    )
+    resources = lab_resources(tmp_path)
+    try:
+        step.preprocess(hand_in, resources)
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+    limits = resources["sandbox_limits"]
+    assert "checked 42" in stream_text(hand_in.cells[3])
+    assert set(limits) == {5, 6}
+    assert limits[5].startswith(
+        "this cell ran out of its time budget of 3 s (the solution runs it in 0.2 s): look for "
+        "a loop that never ends"
+    )
+    assert hand_in.cells[5].outputs[-1].ename == "CellTimeoutError"
+    assert "after" not in stream_text(hand_in.cells[6])  # not run
+    kind, sentence = verdict(hand_in.cells[6], 6, [], limits)
+    assert (kind, sentence) == (
+        "limit",
+        "Not graded to the end: not run, because the code cell after 'Exercise 2' (cell 6) ran "
+        "out of its time budget of 3 s (the solution runs it in 0.2 s): look for a loop that "
+        "never ends, or work that grows with each pass.",
+    )
+
+
+def test_a_hand_in_that_adds_many_cells_cannot_multiply_its_budget(tmp_path):
+    """Sixty cells the solution does not have, each within the lab's largest cell budget
+    (4 s of 5): together they still stop at the notebook's budget (40 s, not 240 s), which
+    no added cell raises."""
+    solution = new_notebook(cells=[new_code_cell("x = 1", id="setup")])
+    timed_reference(tmp_path / "ref", "labx", solution, 0.1)
+    hand_in = copy_nb(solution)
+    hand_in.cells += [new_code_cell("import time\ntime.sleep(4)") for _ in range(60)]
+    step, runtime = budgeted_step(
+        tmp_path, budget_floor_s=5, budget_first_cell_floor_s=20, budget_notebook_floor_s=40
+    )
+    resources = lab_resources(tmp_path)
+    started = time.monotonic()
+    try:
+        step.preprocess(hand_in, resources)
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+    assert time.monotonic() - started < 40 + 40  # the kernel's start and end, under load
+    not_run = [i for i, why in resources["sandbox_limits"].items() if why.startswith("not run:")]
+    assert len(not_run) > 40
+    assert resources["sandbox_limits"][not_run[-1]] == (
+        "not run: the whole-notebook budget of 40 s was used up"
+    )
+
+
+def test_a_lab_without_timed_references_gets_the_flat_limits_with_a_note(tmp_path, caplog):
+    """Plain `nbgrader autograde` before `make build`: nbgrader's per-cell timeout, a cell past
+    it interrupted and the notebook going on, and a note in the log saying why."""
+    nb = new_notebook(
+        cells=[new_code_cell("while True:\n    pass"), new_code_cell("print('after', 6 * 7)")]
+    )
+    step, runtime = budgeted_step(tmp_path)
+    step.timeout = 3
+    resources = lab_resources(tmp_path, lab="lab_untimed")
+    try:
+        with caplog.at_level("WARNING", logger="graders.sandbox"):
+            step.preprocess(nb, resources)
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+    assert "after 42" in stream_text(nb.cells[1])
+    assert resources["sandbox_limits"] == {0: "stopped at the time limit of 3 s for one cell"}
+    assert "no per-lab time budgets for lab_untimed" in caplog.text
+    assert "run `make build`" in caplog.text

@@ -102,6 +102,8 @@ def test_settings_go_to_nbgrader_as_configuration_and_timings_come_back(tmp_path
     (api,) = made
     settings = api.changes["SandboxedExecute"]["settings"]
     assert settings["budget_s"] == 30 and settings["threads"] == 1
+    assert settings["flat"] is True  # limits given: no per-lab budgets (graders/budgets.py)
+    assert api.changes["SandboxedExecute"]["reference_dir"] == job["reference_dir"]
     assert api.changes["Execute"] == {"timeout": 7}
     assert api.changes["JudgeRecords"]["reference_dir"] == job["reference_dir"]
     assert "COURSE_SANDBOX" not in os.environ

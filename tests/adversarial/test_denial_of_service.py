@@ -4,6 +4,7 @@ slow notebook costs its own grade only, and the checks that finished keep their 
 
 from __future__ import annotations
 
+import html
 import json
 import time
 
@@ -22,7 +23,7 @@ from hostile_class import (
     write_notebook,
 )
 
-from graders import sandbox
+from graders import budgets, references, sandbox
 from graders.grade import grade_class
 
 
@@ -74,6 +75,40 @@ def test_the_notebook_budget_keeps_the_checks_that_finished(pristine, tmp_path):
         assert output.evalue.startswith("Not graded to the end:"), output.evalue
     problem = [p for p in report.problems if "over_budget" in p.where]
     assert problem and "budget" in problem[0].reason and SECOND in problem[0].reason
+
+
+def test_a_hand_in_that_loops_forever_is_stopped_at_its_cells_budget(pristine, tmp_path):
+    """Exercise 2 loops forever: under the per-lab budgets (no limits given), its cell is
+    stopped at its own budget, long before the flat 120 s a cell; the check before it keeps
+    its points; every test cell after it, and the feedback page, say which cell ran out of
+    time, its budget and how long the solution takes there."""
+    root = course_copy(pristine, tmp_path / "course")
+    complete, _blank = complete_and_blank(root)
+    prepend(complete, SECOND, "while True:\n    pass")
+    write_notebook(root, "loops_forever", complete)
+    timed = references.timing(references.path(references.folder(root), LAB))
+    assert timed is not None  # make build timed the solution
+    plan, _notebook = budgets.plan(complete, *timed, budgets.Policy())
+    index = next(i for i, c in enumerate(complete.cells) if c is cell(complete, SECOND))
+    budget = plan[index]
+    assert budget.solution_s is not None and budget.seconds < 120
+    started = time.monotonic()
+    report = grade_class(root, labs=[LAB], workers=1, quiet=True)
+    assert time.monotonic() - started < 120  # the flat limit of that one cell, alone
+    assert report.scores[("loops_forever", LAB)] == 2  # test_recurrent_step ran in time
+    graded = graded_notebook(root, "loops_forever")
+    itself = cell(graded, SECOND).outputs[-1]
+    assert itself.ename == "CellTimeoutError"
+    assert itself.evalue == budgets.words(budget, itself=True)
+    said = f"Not graded to the end: {budgets.words(budget)}."
+    assert f"ran out of its time budget of {budget.seconds} s (the solution runs it in" in said
+    for grade_id in TEST_CELLS[1:]:
+        (output,) = cell(graded, grade_id).outputs
+        assert output.evalue == said, grade_id
+    page = (root / "feedback" / "loops_forever" / LAB / f"{LAB}.html").read_text()
+    assert html.escape(budgets.words(budget), quote=False) in page.replace("&#39;", "'")
+    problem = [p for p in report.problems if "loops_forever" in p.where]
+    assert problem and "time budget" in problem[0].reason
 
 
 def test_a_kernel_that_hangs_is_killed_after_the_budget(tmp_path, monkeypatch):
