@@ -424,7 +424,7 @@ def test_create_graph_records_the_backward_pass():
 
 @claim(
     LAB,
-    "tensor does not require grad, the first gradient was computed without create_graph=True",
+    "require grad means the first gradient was computed without create_graph=True",
 )
 def test_without_create_graph_the_second_grad_raises():
     xl = X.clone().requires_grad_()
@@ -663,7 +663,7 @@ def test_the_lab_filters_that_warning_only():
     assert [str(w.message) for w in caught] == ["something else"]
 
 
-@claim(LAB, "parameters are shared by all samples: in_dims=(None, 0, 0).")
+@claim(LAB, "samples share: in_dims=(None, 0, 0).")
 def test_vmapping_the_parameters_too_is_a_size_error():
     model = DynamicNet(3, 5, 4, seed=0)
     params = {n: p.detach() for n, p in model.named_parameters()}
