@@ -19,7 +19,11 @@ the student's code on hidden inputs and ``observe(name, value)`` what came back
   autograde``, ``nbgrader autograde`` and the formgrader's button grade alike.
 
 Nothing the kernel printed in a test cell is kept (a hostile kernel could print the hidden
-code there), and output to stderr never costs points by itself: only a failed check does.
+code there), and output to stderr never costs points by itself: only a failed check does. A
+failed visible check's message is quoted from the release, with only those of its values the
+kernel gave that are typed values (graders/shown_values.py); where the student's code raised,
+PyTorch's message is added when it is one of the known ones (graders/torch_errors.py), its
+values elided in a hidden region (they could describe the hidden inputs).
 """
 
 from __future__ import annotations
@@ -152,9 +156,9 @@ def visible_failure(source: str, line: int | None, ename: str, output=None) -> s
         and len(node.args) >= 2
     ]
     if calls and ename in ("CheckFailed", "AssertionError"):
-        parts = message_parts(calls[-1].args[1])
-        if parts and any(p for p in parts if p is not None):
-            return f"A visible check failed: {fill(_joined(parts), output.get('evalue', ''))}"
+        parts = _joined(message_parts(calls[-1].args[1]) or [])
+        if parts:
+            return f"A visible check failed: {fill(parts, output.get('evalue', ''))}"
     lines = source.split("\n")
     text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
     why = ""

@@ -30,7 +30,8 @@ from graders.torch_errors import Budget
 MAX_VALUES = 3
 MAX_NUMBERS = 4
 INT = re.compile(r"-?[0-9]{1,5}")
-FLOAT = re.compile(r"-?(?:(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?|[0-9]+[eE][+-]?[0-9]{1,3}|inf)|nan")
+EXP = r"[eE][+-]?[0-9]{1,3}"
+FLOAT = re.compile(rf"-?(?:(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:{EXP})?|[0-9]+{EXP}|inf)|nan")
 DIM = r"[0-9]{1,5}"
 TUPLE = re.compile(rf"\(\)|\(({DIM}),\)|\(({DIM}(?:, {DIM}){{1,3}})\)")
 SIZE = re.compile(rf"torch\.Size\(\[((?:{DIM}(?:, {DIM}){{0,3}})?)\]\)")
