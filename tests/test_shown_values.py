@@ -40,7 +40,8 @@ def test_typed_values_are_shown_and_formatted_by_the_judge():
     error = "RuntimeError: mat1 and mat2 shapes cannot be multiplied (3x4 and 5x6)"
     assert fill(GROW, message(GROW, error)) == message(GROW, error)
     assert fill(GROW, message(GROW, "IndexError")) == message(GROW, "IndexError")
-    for unknown in ["RuntimeError: my own words", error + "\nsecret", error + " secret"]:
+    nested = "RuntimeError: " + error  # a known message inside a known message
+    for unknown in ["RuntimeError: my own words", error + "\nsecret", error + " secret", nested]:
         assert fill(GROW, message(GROW, unknown)) == message(GROW, "RuntimeError: …")
 
 
