@@ -128,12 +128,12 @@ def message_template(node: ast.expr) -> str | None:
 
 
 def torch_message(output, elide: bool = False) -> str:
-    """' (PyTorch's message: ...)' when the error's message is one of PyTorch's known ones
+    """' (its message: ...)' when the error's message is one of PyTorch's known ones
     (graders/torch_errors.py; with `elide`, its values hidden), else ''."""
     lines = str(output.get("evalue", "")).strip().splitlines()
     text = lines[0] if lines else ""
     said = torch_errors.message(str(output.get("ename", "")), text, Budget(MAX_NUMBERS), elide)
-    return f" (PyTorch's message: {said})" if said else ""
+    return f" (its message: {said})" if said else ""
 
 
 def visible_failure(source: str, line: int | None, ename: str, output=None) -> str:

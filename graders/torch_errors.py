@@ -1,19 +1,22 @@
-"""PyTorch's own error messages, as templates with typed slots: the judge shows an error's
-message only when it is one of these, with each slot's text shown only when it is a value of
-the slot's type (a small integer, a shape, a dtype, an autograd node's name from torch's own
-list); anything else in a slot is shown as '…'. No free text from the kernel gets through.
+"""PyTorch's own error messages (and a few of Python's), as templates with typed slots: the
+judge shows an error's message only when it is one of these, with each slot's text shown only
+when it is a value of the slot's type (a small integer, a shape, a dtype, an autograd node's
+name from torch's own list); anything else in a slot is shown as '…'. No free text from the
+kernel gets through.
 
 The templates live in graders/torch_errors.json, a file this module owns (`load`, `build`):
 made by `python -m graders.torch_errors build`, which runs each of `SNIPPETS` on the
-installed torch, generalises the message it raises (numbers, shapes, dtypes, class names and
-the snippet's own substitutions become slots) and writes the templates with torch's lists of
-dtypes, tensor types and autograd node names. `python -m graders.torch_errors check` runs
-the snippets again and says which message no longer matches its template (after a torch
-upgrade: run build, review the diff, commit). tests/test_torch_errors.py does the same.
+installed torch (and this Python), generalises the message it raises (numbers, shapes,
+dtypes, class names and the snippet's own substitutions become slots) and writes the
+templates with torch's lists of dtypes, tensor types and autograd node names. `python -m
+graders.torch_errors check` runs the snippets again and says which message no longer matches
+its template (after a torch upgrade: run build, review the diff, commit).
+tests/test_torch_errors.py does the same.
 
 A template is the error's type and its message with slots `{int}` (an integer of at most 5
 digits), `{dims}` (0 to 4 such integers, ", " between), `{size}` (`torch.Size([{dims}])`),
-`{dtype}`, `{scalar}`, `{tensor_type}`, `{node}`, `{pytype}` (from the lists in the file) and
+`{dtype}`, `{scalar}`, `{tensor_type}`, `{node}`, `{pytype}` (`<class 'float'>`), `{pyname}`
+(`'NoneType'`'s name) (from the lists in the file) and
 `{elided}` (any text, never shown: a name the student chose).
 """
 
@@ -37,9 +40,18 @@ NUMBER = r"-?[0-9]{1,5}"
 DIMS = re.compile(r"(?:[0-9]{1,5}(?:, [0-9]{1,5}){0,3})?")
 SIZE = re.compile(r"torch\.Size\(\[(" + DIMS.pattern + r")\]\)")
 NUMBER_SLOTS = {"int": 1, "dims": 4, "size": 4}  # the most numbers a slot can show
-LISTED = ("dtype", "scalar", "tensor_type", "node", "pytype")  # slots whose values are listed
+LISTED = (
+    "dtype",
+    "scalar",
+    "tensor_type",
+    "node",
+    "pytype",
+    "pyname",
+)  # slots whose values are listed
 PYTYPES = ["int", "float", "bool", "str", "list", "tuple", "dict", "NoneType", "torch.Tensor",
            "numpy.ndarray", "torch.nn.parameter.Parameter", "function", "generator"]  # fmt: skip
+PYNAMES = sorted({name.split(".")[-1] for name in PYTYPES} | {"method", "type", "module",
+                 "builtin_function_or_method", "Linear", "Sequential"})  # fmt: skip
 
 
 @dataclass
@@ -226,6 +238,26 @@ SNIPPETS: dict[str, tuple[str, dict[str, str]]] = {
         + "F.apply(x.requires_grad_()).sum().backward()",
         {},
     ),
+    # Python's own, as the labs' wrong answers raise them
+    "unpacking too few values": (
+        "x, = ()",
+        {},
+    ),
+    "unpacking too many values": ("a, b = (1, 2, 3)", {}),
+    "attribute of None": ("None.grad_fn", {"'NoneType' object has no attribute 'grad_fn'":
+                          "'{pyname}' object has no attribute '{elided}'"}),
+    "None indexed": ("None[0]", {"'NoneType'": "'{pyname}'"}),
+    "None unpacked": ("a, b = None", {"non-iterable NoneType": "non-iterable {pyname}"}),
+    "None called": ("None()", {"'NoneType'": "'{pyname}'"}),
+    "a missing argument": (
+        "def f(a, b): pass\nf(1)",
+        {"f() missing": "{elided}() missing", "argument: 'b'": "argument: '{elided}'"},
+    ),
+    "too many arguments": ("def f(a): pass\nf(1, 2)", {"f() takes": "{elided}() takes"}),
+    "an operator on None": (
+        "None * torch.ones(2)",
+        {"for *: 'NoneType' and 'Tensor'": "for {elided}: '{pyname}' and '{pyname}'"},
+    ),
     "backward returning too many gradients": (
         _F.format("g * 2, g") + "F.apply(torch.ones(3, requires_grad=True)).sum().backward()",
         {"function FBackward": "function {elided}Backward"},
@@ -303,6 +335,7 @@ def torch_lists() -> dict[str, list[str]]:
         "tensor_type": sorted(tensor_types),
         "node": sorted(nodes - {""}),
         "pytype": [f"<class '{name}'>" for name in PYTYPES],
+        "pyname": PYNAMES,
     }
 
 

@@ -35,7 +35,7 @@ def failure_sentences(report, hand_ins: list[tuple[str, str]]) -> dict[str, list
                 found["check"].append(where)
             else:
                 found["other"].append(where)
-            if "(PyTorch's message: " in sentence:
+            if "(its message: " in sentence:
                 found["pytorch"].append(where)
     return found
 

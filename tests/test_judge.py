@@ -106,14 +106,14 @@ def test_pytorchs_own_message_is_shown_when_it_is_a_known_one():
     kind, words = verdict(graded_cell(TYPED, [_raised("RuntimeError", known, 3)]), 0, ref, {})
     assert kind == "visible" and words == (
         "A visible check stopped at line 3 (`f(3).sum().backward()`) with RuntimeError "
-        f"(PyTorch's message: {known})."
+        f"(its message: {known})."
     )
     for unknown in ["element 0 of my secret", known + " secret", "secret: " + known]:
         cell = graded_cell(TYPED, [_raised("RuntimeError", unknown, 3)])
         assert verdict(cell, 0, ref, {})[1].endswith("with RuntimeError.")
     # a slot's text that is not a value of its type is elided
     cell = graded_cell(TYPED, [_raised("RuntimeError", known.replace("0", "secret"), 3)])
-    assert "(PyTorch's message: element … of tensors" in verdict(cell, 0, ref, {})[1]
+    assert "(its message: element … of tensors" in verdict(cell, 0, ref, {})[1]
     # only the first line is PyTorch's message (torch adds lines of its own)
     cell = graded_cell(TYPED, [_raised("RuntimeError", known + "\nsecret", 3)])
     assert known in verdict(cell, 0, ref, {})[1] and "secret" not in verdict(cell, 0, ref, {})[1]

@@ -20,7 +20,7 @@ def test_every_snippet_still_raises_a_message_its_template_matches():
     assert torch_errors.check() == []
     data = torch_errors.load()
     assert data["torch"] == torch.__version__.split("+")[0]
-    assert 25 <= len(data["templates"]) <= 50
+    assert 25 <= len(data["templates"]) <= 60
     assert {e["type"] for e in data["templates"]} <= set(data["exceptions"])
     snippets = [name for e in data["templates"] for name in e["snippets"]]
     assert sorted(snippets) == sorted(torch_errors.SNIPPETS)
@@ -110,3 +110,14 @@ def test_no_message_takes_long_to_match():
         for ename in ("RuntimeError", "ValueError", "IndexError"):
             message(ename, text)
     assert time.monotonic() - started < 2.0
+
+
+def test_pythons_own_messages_show_types_from_a_list_and_never_a_name():
+    said = message("ValueError", "not enough values to unpack (expected 1, got 0)")
+    assert said == "not enough values to unpack (expected 1, got 0)"
+    said = message("AttributeError", "'NoneType' object has no attribute 'my_secret'")
+    assert said == "'NoneType' object has no attribute '…'"
+    said = message("TypeError", "'MySecretClass' object is not callable")
+    assert said == "'…' object is not callable"
+    said = message("TypeError", "my_secret() missing 1 required positional argument: 'x'")
+    assert said == "…() missing 1 required positional argument: '…'"
