@@ -6,6 +6,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 
+from graders import torch_errors
 from graders.catalogue import catalogue, expected
 from graders.course import LABS, REPO
 from graders.demo import answer_ids
@@ -18,10 +19,18 @@ UNTIL_THE_LABS = pytest.mark.xfail(
 )
 
 
+def shows_a_known_message(sentence: str) -> bool:
+    """Whether the sentence quotes one of graders/torch_errors.json's messages (its longest
+    literal part), added by the judge or as a check's value."""
+    templates = torch_errors.load()["templates"]
+    return any(max((p for p in e["parts"] if p), key=len) in sentence for e in templates)
+
+
 def failure_sentences(report, hand_ins: list[tuple[str, str]]) -> dict[str, list[str]]:
     """The judge's failure sentences of these (student, lab) hand-ins: "check" (worded by a
-    check), "code" (pointing into a check's own code), "pytorch" (with PyTorch's message),
-    and "other" (hidden checks, limits, not answered), each as 'lab/student/grade id: ...'."""
+    check), "code" (pointing into a check's own code), "other" (hidden checks, limits, not
+    answered), and, across these, "pytorch" (quoting a known PyTorch or Python message), each
+    as 'lab/student/grade id: ...'."""
     found: dict[str, list[str]] = {"check": [], "code": [], "pytorch": [], "other": []}
     for student, lab in hand_ins:
         for grade_id, verdict in report.verdicts.get((student, lab), {}).items():
@@ -35,7 +44,7 @@ def failure_sentences(report, hand_ins: list[tuple[str, str]]) -> dict[str, list
                 found["check"].append(where)
             else:
                 found["other"].append(where)
-            if "(its message: " in sentence:
+            if shows_a_known_message(sentence):
                 found["pytorch"].append(where)
     return found
 
