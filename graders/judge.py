@@ -39,6 +39,12 @@ from nbgrader.utils import is_grade
 from traitlets import Unicode
 
 from graders import references, torch_errors, wire
+from graders.check_source import (
+    joined,
+    listed_values,
+    message_parts,
+    message_template,  # noqa: F401 - its name here is used too
+)
 from graders.comparison import first_difference
 from graders.records import Malformed, Observations, Record, cell_records, test_cells
 from graders.shown_values import MAX_NUMBERS, fill
@@ -97,36 +103,6 @@ def _error_name(output) -> str:
     return name if name in KNOWN_ERRORS else "an error"
 
 
-def message_parts(node: ast.expr) -> list[str | None] | None:
-    """A check's message as written in the release: its literal parts, and None for each
-    placeholder; None when it is not a string, an f-string or a sum of them."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return [node.value]
-    if isinstance(node, ast.JoinedStr):
-        return [v.value if isinstance(v, ast.Constant) else None for v in node.values]
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        left, right = message_parts(node.left), message_parts(node.right)
-        return None if left is None or right is None else left + right
-    return None
-
-
-def _joined(parts: list[str | None]) -> list[str | None]:
-    """Adjacent literals as one (a sum of strings, or an f-string's pieces)."""
-    joined: list[str | None] = []
-    for part in parts:
-        if part is not None and joined and joined[-1] is not None:
-            joined[-1] += part
-        elif part != "":
-            joined.append(part)
-    return joined
-
-
-def message_template(node: ast.expr) -> str | None:
-    """The text of a check's message as written in the release, placeholders as '…'."""
-    parts = message_parts(node)
-    return None if parts is None else "".join("…" if p is None else p for p in parts)
-
-
 def torch_message(output, elide: bool = False) -> str:
     """' (its message: ...)' when the error's message is one of PyTorch's known ones
     (graders/torch_errors.py; with `elide`, its values hidden), else ''."""
@@ -156,9 +132,10 @@ def visible_failure(source: str, line: int | None, ename: str, output=None) -> s
         and len(node.args) >= 2
     ]
     if calls and ename in ("CheckFailed", "AssertionError"):
-        parts = _joined(message_parts(calls[-1].args[1]) or [])
+        parts = joined(message_parts(calls[-1].args[1]) or [])
         if parts:
-            return f"A visible check failed: {fill(parts, output.get('evalue', ''))}"
+            listed = listed_values(tree, calls[-1])
+            return f"A visible check failed: {fill(parts, output.get('evalue', ''), listed)}"
     lines = source.split("\n")
     text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
     why = ""

@@ -11,7 +11,9 @@ text is shown only if it is a typed value under this module's schema, re-formatt
 * `dtype`: one of torch's (`torch.float32`), from graders/torch_errors.json;
 * `error`: `ErrorType: message` as `attempt` (solutions/common/setup_cell.py) writes it, the
   type a known exception's name and the message one of PyTorch's known messages
-  (graders/torch_errors.py), else the type alone (`RuntimeError: …`).
+  (graders/torch_errors.py), else the type alone (`RuntimeError: …`);
+* `listed`: one of the strings of a literal list the release loops over, where the
+  placeholder is that loop's variable (graders/check_source.py).
 
 At most `MAX_VALUES` values and `MAX_NUMBERS` numbers (an int, a float, a shape's dims, the
 numbers in an error's message) are shown per check; the rest stay '…'. `capacity_bits` is
@@ -24,6 +26,7 @@ import math
 import re
 
 from graders import torch_errors
+from graders.check_source import MAX_LISTED
 from graders.template_match import split
 from graders.torch_errors import Budget
 
@@ -72,7 +75,7 @@ def render(record: dict | None) -> str:
     if record is None:
         return "…"
     kind = record["kind"]
-    if kind in ("bool", "int", "dtype"):
+    if kind in ("bool", "int", "dtype", "listed"):
         return str(record["value"])
     if kind == "none":
         return "None"
@@ -88,17 +91,24 @@ def render(record: dict | None) -> str:
     return "…"
 
 
-def fill(parts: list[str | None], text: str) -> str:
+def fill(parts: list[str | None], text: str, listed: list | None = None) -> str:
     """The released message (`parts`: literals, and None for each placeholder) with the typed
-    values recovered from the kernel's `text` of it; '…' for every other placeholder."""
+    values recovered from the kernel's `text` of it; '…' for every other placeholder.
+    `listed[i]`, where given, is the set of strings the release lets placeholder i show
+    (graders/check_source.py: a loop's variable over a literal list)."""
     found = split(parts, str(text))
     values = iter(found.values if found else [])
+    listed = iter(listed or [])
     budget, shown, words = Budget(MAX_NUMBERS), 0, []
     for part in parts:
         if part is not None:
             words.append(part)
             continue
-        record = typed(next(values, ""), budget) if found and shown < MAX_VALUES else None
+        value, allowed = next(values, ""), next(listed, None)
+        record = None
+        if found and shown < MAX_VALUES:
+            known = allowed is not None and value in allowed
+            record = {"kind": "listed", "value": value} if known else typed(value, budget)
         shown += record is not None
         words.append(render(record))
     return "".join(words)
@@ -132,8 +142,10 @@ def _error_skeletons() -> int:
 def capacity_bits() -> float:
     """At most how many bits the shown values of one check's message carry: log2 of the count
     of the different texts its placeholders can show, MAX_VALUES values (each '…', a bool,
-    None, a dtype, an int, a float, a shape of 0-4 dims in 2 forms, or an error) and at most
+    None, a dtype, an int, a float, a shape of 0-4 dims in 2 forms, a listed string, or an
+    error) and at most
     MAX_NUMBERS numbers among them."""
     skeletons = 1 + 2 + 1 + len(torch_errors.load()["sets"].get("dtype", ())) + 2 + 2 * 5
+    skeletons += MAX_LISTED  # one of the strings of a literal list in the release
     skeletons += _error_skeletons()
     return MAX_VALUES * math.log2(skeletons) + MAX_NUMBERS * math.log2(_numbers() + 1)

@@ -128,3 +128,20 @@ def test_pytorchs_own_message_is_shown_when_it_is_a_known_one():
     assert kind == "visible" and jvp in words
     stub = _raised("NotImplementedError", "write f", 3)
     assert verdict(graded_cell(TYPED, [stub]), 0, ref, {})[0] == "not_answered"
+
+
+def test_a_loops_literal_names_are_shown_when_the_kernel_says_one_of_them():
+    source = "\n".join(
+        [
+            'for _name, _t in (("x", _x), ("y", _y)):',
+            "    check(_t.grad is not None, f'{_name}.grad should be filled, it is None')",
+        ]
+    )
+    for evalue, shown in [
+        ("y.grad should", "y.grad should"),
+        ("secret.grad should", "….grad should"),
+    ]:
+        cell = graded_cell(source, [_raised("CheckFailed", f"{evalue} be filled, it is None", 2)])
+        assert (
+            verdict(cell, 0, [], {})[1] == f"A visible check failed: {shown} be filled, it is None"
+        )
