@@ -41,6 +41,43 @@ def _close_numbers(ref, got, rtol: float, atol: float) -> bool:
     return type(ref) is type(got) and ref == got
 
 
+FACTORS = {-1.0: "the solution's with the opposite sign", 2.0: "twice the solution's",
+           0.5: "half the solution's", -2.0: "minus twice the solution's",
+           -0.5: "minus half the solution's"}  # fmt: skip
+
+
+def _numbers(value) -> list[float] | None:
+    """A nested list of numbers, flat; None when it holds anything else."""
+    if isinstance(value, list):
+        flat = []
+        for item in value:
+            inner = _numbers(item)
+            if inner is None:
+                return None
+            flat += inner
+        return flat
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return [float(value)] if ok and math.isfinite(value) else None
+
+
+def constant_factor(ref, got, rtol: float, atol: float) -> float | None:
+    """c when `got` is `ref` times one constant c other than 1 and 0 (within the reference's
+    tolerances), for at least two of ref's numbers not zero; else None."""
+    r, g = _numbers(ref), _numbers(got)
+    if r is None or g is None or len(r) != len(g) or sum(x != 0 for x in r) < 2:
+        return None
+    c = sum(x * y for x, y in zip(r, g, strict=True)) / sum(x * x for x in r)
+    if not math.isfinite(c) or math.isclose(c, 1.0, rel_tol=1e-6) or abs(c) < 1e-9:
+        return None
+    return c if _close_numbers([c * x for x in r], g, rtol, atol) else None
+
+
+def factor_words(c: float) -> str:
+    """' (twice the solution's)' where the factor is one of FACTORS, else ''."""
+    named = next((w for k, w in FACTORS.items() if math.isclose(c, k, rel_tol=1e-6)), None)
+    return f" ({named})" if named else ""
+
+
 def difference(ref, got, rtol: float, atol: float, where: str = "") -> str | None:
     """How `got` differs from `ref`, in words that name the part and never a value of ref."""
     part = where or "the result"
@@ -60,6 +97,9 @@ def difference(ref, got, rtol: float, atol: float, where: str = "") -> str | Non
             dtype = got["dtype"] if got["dtype"] in DTYPES else "another dtype"
             return f"{part} has {dtype}, not the dtype the solution gives"
         if not _close_numbers(ref["tensor"], got["tensor"], rtol, atol):
+            c = constant_factor(ref["tensor"], got["tensor"], rtol, atol)
+            if c is not None:
+                return f"{part} has the wrong values, off by one constant factor{factor_words(c)}"
             return f"{part} has the wrong values"
         return None
     if ref is None or got is None or isinstance(ref, bool) or isinstance(got, bool):

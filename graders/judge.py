@@ -19,7 +19,11 @@ the student's code on hidden inputs and ``observe(name, value)`` what came back
   autograde``, ``nbgrader autograde`` and the formgrader's button grade alike.
 
 Nothing the kernel printed in a test cell is kept (a hostile kernel could print the hidden
-code there), and output to stderr never costs points by itself: only a failed check does.
+code there), and output to stderr never costs points by itself: only a failed check does. A
+failed visible check's message is quoted from the release, with only those of its values the
+kernel gave that are typed values (graders/shown_values.py); where the student's code raised,
+PyTorch's message is added when it is one of the known ones (graders/torch_errors.py), its
+values elided in a hidden region (they could describe the hidden inputs).
 """
 
 from __future__ import annotations
@@ -34,9 +38,17 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.utils import is_grade
 from traitlets import Unicode
 
-from graders import references, wire
+from graders import references, torch_errors, wire
+from graders.check_source import (
+    joined,
+    listed_values,
+    message_parts,
+    message_template,  # noqa: F401 - its name here is used too
+)
 from graders.comparison import first_difference
 from graders.records import Malformed, Observations, Record, cell_records, test_cells
+from graders.shown_values import MAX_NUMBERS, fill
+from graders.torch_errors import Budget
 from graders.verdict import VERDICT, Kind, Verdict
 
 BEGIN, END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
@@ -91,24 +103,22 @@ def _error_name(output) -> str:
     return name if name in KNOWN_ERRORS else "an error"
 
 
-def message_template(node: ast.expr) -> str | None:
-    """The text of a check's message as written in the release, placeholders as '…'."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    if isinstance(node, ast.JoinedStr):
-        return "".join(
-            v.value if isinstance(v, ast.Constant) else "…" for v in node.values
-        )  # fmt: skip
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        left, right = message_template(node.left), message_template(node.right)
-        return None if left is None or right is None else left + right
-    return None
+def torch_message(output, elide: bool = False) -> str:
+    """' (its message: ...)' when the error's message is one of PyTorch's known ones
+    (graders/torch_errors.py; with `elide`, its values hidden), else ''."""
+    lines = str(output.get("evalue", "")).strip().splitlines()
+    text = lines[0] if lines else ""
+    said = torch_errors.message(str(output.get("ename", "")), text, Budget(MAX_NUMBERS), elide)
+    return f" (its message: {said})" if said else ""
 
 
-def visible_failure(source: str, line: int | None, ename: str) -> str:
-    """Words for a failed visible check at `line`, from the released source only."""
+def visible_failure(source: str, line: int | None, ename: str, output=None) -> str:
+    """Words for a failed visible check at `line`, from the released source only; the values
+    of its message the kernel gave (`output`, the error) only where they are typed values
+    (graders/shown_values.py), and PyTorch's own message where it is a known one."""
+    output = output or {}
     if line is None:
-        return f"A visible check failed with {ename}."
+        return f"A visible check failed with {ename}{torch_message(output)}."
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -122,15 +132,17 @@ def visible_failure(source: str, line: int | None, ename: str) -> str:
         and len(node.args) >= 2
     ]
     if calls and ename in ("CheckFailed", "AssertionError"):
-        message = message_template(calls[-1].args[1])
-        if message:
-            return f"A visible check failed: {message}"
+        parts = joined(message_parts(calls[-1].args[1]) or [])
+        if parts:
+            listed = listed_values(tree, calls[-1])
+            return f"A visible check failed: {fill(parts, output.get('evalue', ''), listed)}"
     lines = source.split("\n")
     text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
     why = ""
     if ename == "NameError":
         why = " (a name it needs is not defined: did an exercise cell above fail, or not run?)"
-    return f"A visible check stopped at line {line} (`{text[:100]}`) with {ename}{why}."
+    said = torch_message(output)
+    return f"A visible check stopped at line {line} (`{text[:100]}`) with {ename}{said}{why}."
 
 
 LIMIT_ENAMES = {"MemoryError": "it hit the memory cap"}
@@ -147,7 +159,7 @@ def verdict(cell, index: int, reference: list[Record], limits: dict) -> tuple[Ki
     if errors:
         first = errors[0]
         ename = _error_name(first)
-        if ename == "NotImplementedError":
+        if ename == "NotImplementedError" and not torch_message(first):
             return (
                 "not_answered",
                 "Not answered yet: an exercise this check uses still raises NotImplementedError.",
@@ -164,9 +176,10 @@ def verdict(cell, index: int, reference: list[Record], limits: dict) -> tuple[Ki
             during = f" while checking '{pending}'" if pending else ""
             return "hidden", (
                 f"A hidden check called your code on other inputs{during}, and it raised "
-                f"{ename}: run your code on other sizes and values to find out why."
+                f"{ename}{torch_message(first, elide=True)}: run your code on other sizes and "
+                "values to find out why."
             )
-        return "visible", visible_failure(cell.source, line, ename)
+        return "visible", visible_failure(cell.source, line, ename, first)
     try:
         got = cell_records(cell)
     except Malformed as why:

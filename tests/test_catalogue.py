@@ -6,9 +6,63 @@ from __future__ import annotations
 import nbformat
 import pytest
 
+from graders import torch_errors
 from graders.catalogue import catalogue, expected
 from graders.course import LABS, REPO
 from graders.demo import answer_ids
+
+NOT_A_CHECKS_WORDS = ("A visible check stopped at line", "A visible check failed with")
+UNTIL_THE_LABS = pytest.mark.xfail(
+    strict=True,
+    reason="issue 34: fails until every lab's checks call the student's code through attempt() "
+    "and guard what it returned; strict, so it fails once it passes: then remove this mark",
+)
+
+
+def shows_a_known_message(sentence: str) -> bool:
+    """Whether the sentence quotes one of graders/torch_errors.json's messages (the first 40
+    characters of one of its literal parts of 20 or more: a message may be cut), added by the
+    judge or as a check's value."""
+    templates = torch_errors.load()["templates"]
+    return any(p[:40] in sentence for e in templates for p in e["parts"] if p and len(p) >= 20)
+
+
+def failure_sentences(report, hand_ins: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """The judge's failure sentences of these (student, lab) hand-ins: "check" (worded by a
+    check), "code" (pointing into a check's own code), "other" (hidden checks, limits, not
+    answered), and, across these, "pytorch" (quoting a known PyTorch or Python message), each
+    as 'lab/student/grade id: ...'."""
+    found: dict[str, list[str]] = {"check": [], "code": [], "pytorch": [], "other": []}
+    for student, lab in hand_ins:
+        for grade_id, verdict in report.verdicts.get((student, lab), {}).items():
+            sentence = verdict.get("sentence", "")
+            if verdict.get("kind") == "passed":
+                continue
+            where = f"{lab}/{student}/{grade_id}: {sentence}"
+            if sentence.startswith(NOT_A_CHECKS_WORDS):
+                found["code"].append(where)
+            elif sentence.startswith("A visible check failed: "):
+                found["check"].append(where)
+            else:
+                found["other"].append(where)
+            if shows_a_known_message(sentence):
+                found["pytorch"].append(where)
+    return found
+
+
+def counted(found: dict[str, list[str]]) -> str:
+    return ", ".join(f"{len(v)} {k}" for k, v in found.items())
+
+
+@UNTIL_THE_LABS
+def test_no_catalogue_failure_points_into_a_checks_own_code(graded):
+    """Every wrong answer of every catalogue is told by a check's own sentence (or a hidden
+    check's), never by "stopped at line N" of the check's code."""
+    _students, packs, report = graded
+    found = failure_sentences(report, [(pack.name, pack.lab) for pack in packs])
+    print(f"catalogue failure sentences: {counted(found)}")
+    assert found["check"], "no failure sentence worded by a check: was anything graded?"
+    assert not found["code"], f"{counted(found)}:\n" + "\n".join(found["code"])
 
 
 def test_the_mistake_catalogue_gets_its_declared_scores(graded):

@@ -31,3 +31,26 @@ def test_differences_name_the_part_and_never_a_reference_value():
     assert compare(hinted, [record("n", 2.0)]).endswith("(reset the gradient first)")
     # the hint is the reference's: a student's own hint is not shown
     assert "mine" not in compare([record("n", 1.0)], [record("n", 2.0, hint="mine")])
+
+
+REF = torch.tensor([1.0, -2.0, 0.5, 0.0])
+
+
+def test_values_off_by_one_constant_factor_are_told_so():
+    ref = [record("H @ v on random v", REF)]
+    for factor, words in [
+        (2.0, " (twice the solution's)"),
+        (0.5, " (half the solution's)"),
+        (-1.0, " (the solution's with the opposite sign)"),
+        (3.7, ""),
+    ]:
+        got = compare(ref, [record("H @ v on random v", factor * REF)])
+        assert got == f"H @ v on random v: the result has the wrong values, off by one constant " \
+            f"factor{words}", factor  # fmt: skip
+    # not a constant factor: only wrong; one number is always a multiple: only wrong
+    other = compare(ref, [record("H @ v on random v", torch.tensor([1.0, -2.0, 0.5, 1.0]))])
+    assert other == "H @ v on random v: the result has the wrong values"
+    single = [record("s", torch.tensor([0.0, 2.0]))]
+    assert "factor" not in compare(single, [record("s", torch.tensor([0.0, 4.0]))])
+    # within the reference's tolerance, a factor of 1 is a pass, not a factor
+    assert compare(ref, [record("H @ v on random v", REF * (1 + 1e-7))]) is None

@@ -5,8 +5,21 @@ from __future__ import annotations
 
 import csv
 
+from test_catalogue import UNTIL_THE_LABS, counted, failure_sentences
+
 from graders.course import LABS
 from graders.demo import declared_class, score_mismatches
+
+
+@UNTIL_THE_LABS
+def test_no_demo_failure_points_into_a_checks_own_code(graded):
+    """Every failed check of the demo class is told by a check's own sentence (or a hidden
+    check's), never by "stopped at line N" of the check's code (tests/test_catalogue.py)."""
+    students, _packs, report = graded
+    found = failure_sentences(report, [(s.name, s.lab) for s in students])
+    print(f"demo failure sentences: {counted(found)}")
+    assert found["check"], "no failure sentence worded by a check: was anything graded?"
+    assert not found["code"], f"{counted(found)}:\n" + "\n".join(found["code"])
 
 
 def test_demo_class_gets_its_declared_scores(course, graded):

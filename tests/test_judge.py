@@ -65,3 +65,83 @@ def test_a_check_raised_while_handling_another_error_is_found_on_its_own_line():
 
     assert failing_line(traceback) == 5
     assert failing_line(traceback[:2]) == 4
+
+
+def _raised(ename: str, evalue: str, line: int):
+    return nbformat.v4.new_output(
+        "error", ename=ename, evalue=evalue, traceback=[f"Cell In[3], line {line}"]
+    )
+
+
+TYPED = "\n".join(
+    [
+        "_v = f(2)",
+        "check(_v == 2, f'f(2) should be 2 (it gave {_v})')",
+        "f(3).sum().backward()",
+        "### BEGIN HIDDEN TESTS",
+        "from grader_observe import observe",
+        "observe('f on hidden x', f(7))",
+        "### END HIDDEN TESTS",
+    ]
+)
+
+
+def test_a_failed_checks_typed_values_are_shown_and_nothing_else():
+    ref = [record("f on hidden x", 14)]
+    for evalue, shown in [
+        ("f(2) should be 2 (it gave 3)", "(it gave 3)"),
+        ("f(2) should be 2 (it gave (3, 4))", "(it gave (3, 4))"),
+        ("f(2) should be 2 (it gave secret)", "(it gave …)"),
+        ("f(2) should be 2 (it gave 3) and secret", "(it gave …)"),
+        ("secret", "(it gave …)"),
+    ]:
+        cell = graded_cell(TYPED, [_raised("CheckFailed", evalue, 2)])
+        kind, words = verdict(cell, 0, ref, {})
+        assert kind == "visible" and words == f"A visible check failed: f(2) should be 2 {shown}"
+
+
+def test_pytorchs_own_message_is_shown_when_it_is_a_known_one():
+    ref = [record("f on hidden x", 14)]
+    known = "element 0 of tensors does not require grad and does not have a grad_fn"
+    kind, words = verdict(graded_cell(TYPED, [_raised("RuntimeError", known, 3)]), 0, ref, {})
+    assert kind == "visible" and words == (
+        "A visible check stopped at line 3 (`f(3).sum().backward()`) with RuntimeError "
+        f"(its message: {known})."
+    )
+    for unknown in ["element 0 of my secret", known + " secret", "secret: " + known]:
+        cell = graded_cell(TYPED, [_raised("RuntimeError", unknown, 3)])
+        assert verdict(cell, 0, ref, {})[1].endswith("with RuntimeError.")
+    # a slot's text that is not a value of its type is elided
+    cell = graded_cell(TYPED, [_raised("RuntimeError", known.replace("0", "secret"), 3)])
+    assert "(its message: element … of tensors" in verdict(cell, 0, ref, {})[1]
+    # only the first line is PyTorch's message (torch adds lines of its own)
+    cell = graded_cell(TYPED, [_raised("RuntimeError", known + "\nsecret", 3)])
+    assert known in verdict(cell, 0, ref, {})[1] and "secret" not in verdict(cell, 0, ref, {})[1]
+    # in a hidden region, its values are elided: they could describe the hidden inputs
+    shapes = "mat1 and mat2 shapes cannot be multiplied (7x4 and 5x6)"
+    kind, words = verdict(graded_cell(TYPED, [_raised("RuntimeError", shapes, 6)]), 0, ref, {})
+    assert kind == "hidden" and "(…x… and …x…)" in words and "7" not in words
+    # torch's own NotImplementedError is an error, an exercise's stub is "not answered"
+    jvp = "You must implement the jvp function for custom autograd.Function to use it with "
+    jvp += "forward mode AD."
+    kind, words = verdict(graded_cell(TYPED, [_raised("NotImplementedError", jvp, 3)]), 0, ref, {})
+    assert kind == "visible" and jvp in words
+    stub = _raised("NotImplementedError", "write f", 3)
+    assert verdict(graded_cell(TYPED, [stub]), 0, ref, {})[0] == "not_answered"
+
+
+def test_a_loops_literal_names_are_shown_when_the_kernel_says_one_of_them():
+    source = "\n".join(
+        [
+            'for _name, _t in (("x", _x), ("y", _y)):',
+            "    check(_t.grad is not None, f'{_name}.grad should be filled, it is None')",
+        ]
+    )
+    for evalue, shown in [
+        ("y.grad should", "y.grad should"),
+        ("secret.grad should", "….grad should"),
+    ]:
+        cell = graded_cell(source, [_raised("CheckFailed", f"{evalue} be filled, it is None", 2)])
+        assert (
+            verdict(cell, 0, [], {})[1] == f"A visible check failed: {shown} be filled, it is None"
+        )
