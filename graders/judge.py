@@ -136,13 +136,34 @@ def visible_failure(source: str, line: int | None, ename: str, output=None) -> s
         if parts:
             listed = listed_values(tree, calls[-1])
             return f"A visible check failed: {fill(parts, output.get('evalue', ''), listed)}"
+    if ename == "NameError":
+        return undefined_name(tree, output)
     lines = source.split("\n")
     text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
     why = ""
-    if ename == "NameError":
-        why = " (a name it needs is not defined: did an exercise cell above fail, or not run?)"
     said = torch_message(output)
     return f"A visible check stopped at line {line} (`{text[:100]}`) with {ename}{said}{why}."
+
+
+UNDEFINED = re.compile(
+    r"name '([A-Za-z_][A-Za-z0-9_]{0,60})' is not defined(?:\. Did you mean: '\w{1,60}'\?)?"
+)
+
+
+def undefined_name(tree, output) -> str:
+    """Words for a visible check that met a name not defined: the student's cell that should
+    define it failed or did not run (not a fault of the check). The name is shown only when
+    the released check itself uses it (the kernel's text could name anything)."""
+    match = UNDEFINED.fullmatch(str(output.get("evalue", "")).strip())
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} if tree else set()
+    if match and match.group(1) in used:
+        what = f"it uses `{match.group(1)}`, which is not defined"
+    else:
+        what = "a name it uses is not defined"
+    return (
+        f"A visible check could not run: {what}. Run the exercise cell that defines it, above "
+        "this check, and fix the error that cell shows (or run the cells above it first)."
+    )
 
 
 LIMIT_ENAMES = {"MemoryError": "it hit the memory cap"}

@@ -12,11 +12,6 @@ from graders.course import LABS, REPO
 from graders.demo import answer_ids
 
 NOT_A_CHECKS_WORDS = ("A visible check stopped at line", "A visible check failed with")
-UNTIL_THE_LABS = pytest.mark.xfail(
-    strict=True,
-    reason="issue 34: fails until every lab's checks call the student's code through attempt() "
-    "and guard what it returned; strict, so it fails once it passes: then remove this mark",
-)
 
 
 def shows_a_known_message(sentence: str) -> bool:
@@ -54,7 +49,6 @@ def counted(found: dict[str, list[str]]) -> str:
     return ", ".join(f"{len(v)} {k}" for k, v in found.items())
 
 
-@UNTIL_THE_LABS
 def test_no_catalogue_failure_points_into_a_checks_own_code(graded):
     """Every wrong answer of every catalogue is told by a check's own sentence (or a hidden
     check's), never by "stopped at line N" of the check's code."""

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import csv
 
-from test_catalogue import UNTIL_THE_LABS, counted, failure_sentences
+from test_catalogue import counted, failure_sentences
 
 from graders.course import LABS
 from graders.demo import declared_class, score_mismatches
 
 
-@UNTIL_THE_LABS
 def test_no_demo_failure_points_into_a_checks_own_code(graded):
     """Every failed check of the demo class is told by a check's own sentence (or a hidden
     check's), never by "stopped at line N" of the check's code (tests/test_catalogue.py)."""

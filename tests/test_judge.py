@@ -145,3 +145,21 @@ def test_a_loops_literal_names_are_shown_when_the_kernel_says_one_of_them():
         assert (
             verdict(cell, 0, [], {})[1] == f"A visible check failed: {shown} be filled, it is None"
         )
+
+
+def test_a_name_not_defined_sends_the_student_to_the_cell_that_defines_it():
+    """The cell that should define a name failed or did not run: the sentence says so, names
+    the name only when the released check uses it, and never quotes the kernel's text."""
+
+    def said(evalue):
+        output = error_output("NameError", 4)
+        output["evalue"] = evalue
+        return verdict(graded_cell(SOURCE, [output]), 0, [], {})
+
+    kind, words = said("name 'f' is not defined")
+    assert kind == "visible" and "it uses `f`, which is not defined" in words
+    assert "stopped at line" not in words and "Run the exercise cell" in words
+    for hostile in ("name 'leak_me' is not defined", "name 'f' is not defined <b>x</b>", "x"):
+        kind, words = said(hostile)
+        assert "leak_me" not in words and "<b>" not in words
+        assert "a name it uses is not defined" in words
