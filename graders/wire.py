@@ -86,16 +86,26 @@ def add_timing(file: Path, phase: str, seconds: float) -> None:
         fh.write(json.dumps(row) + "\n")
 
 
-def read_timings(file: Path) -> dict[str, float]:
-    """The seconds of each phase in a task's timings file, summed (none where it is missing)."""
-    sums: dict[str, float] = {}
+def _timing_rows(file: Path):
+    """The rows of a task's timings file that parse (none where it is missing)."""
     try:
         lines = file.read_text(encoding="utf-8").splitlines()
     except OSError:
-        return sums
+        return
     for line in lines:
         try:
             row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            yield row
+
+
+def read_timings(file: Path) -> dict[str, float]:
+    """The seconds of each phase in a task's timings file, summed (none where it is missing)."""
+    sums: dict[str, float] = {}
+    for row in _timing_rows(file):
+        try:
             sums[str(row["phase"])] = sums.get(str(row["phase"]), 0.0) + float(row["seconds"])
         except (ValueError, KeyError, TypeError):
             continue
@@ -106,13 +116,8 @@ def first_end(file: Path, phase: str) -> float | None:
     """When (epoch) `phase` first ended in a task's timings file (the first kernel up, for
     "kernel_start"), or None where it never did."""
     ends = []
-    try:
-        lines = file.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None
-    for line in lines:
+    for row in _timing_rows(file):
         try:
-            row = json.loads(line)
             if row["phase"] == phase:
                 ends.append(float(row["at"]))
         except (ValueError, KeyError, TypeError):
