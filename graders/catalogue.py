@@ -39,6 +39,7 @@ import nbformat
 from graders.build import SourceError, build, source_notebook
 from graders.course import LABS, SOLUTIONS, unknown_labs
 from graders.demo import Student, answer_ids, student_notebook
+from graders.verdict import failures
 
 KINDS = {"wrong", "correct"}
 KEYS = {"exercise", "kind", "loses", "why", "code", "alone"}
@@ -136,8 +137,9 @@ def write_packs(root: Path, lab: str, release: Path) -> list[Pack]:
     return made
 
 
-def check_catalogue(labs: list[str], workers: int | None = None) -> int:
-    """Build `labs` into a scratch course, grade their catalogue there, compare."""
+def check_catalogue(labs: list[str], workers: int | None = None, sentences: bool = False) -> int:
+    """Build `labs` into a scratch course, grade their catalogue there, compare;
+    `sentences`: under each hand-in, the sentence of every check that did not pass."""
     from graders.grade import grade_class
 
     with tempfile.TemporaryDirectory(prefix="catalogue-") as tmp:
@@ -154,6 +156,9 @@ def check_catalogue(labs: list[str], workers: int | None = None) -> int:
         names = ", ".join(f"{v.exercise}:{v.kind}" for v in pack.variants)
         print(f"{'ok ' if ok else 'BAD'} {pack.lab:<24} {pack.name:<20} want {want:>5g} got {got}"
               f"  ({names})")  # fmt: skip
+        if sentences:
+            for line in failures(run.verdicts.get((pack.name, pack.lab), {})):
+                print(f"      {line}")
     count = sum(len(p.variants) for p in made)
     print(f"{count} variants in {len(made)} hand-ins; {len(made) - wrong}/{len(made)} as declared")
     return 1 if wrong else 0
@@ -167,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     chk = sub.add_parser("check", help="grade the catalogue of some labs in a scratch course")
     chk.add_argument("labs", nargs="*")
     chk.add_argument("--workers", type=worker_count, default=None)
+    chk.add_argument("--sentences", action="store_true",
+                     help="print the sentence of every check that did not pass")  # fmt: skip
     sub.add_parser("count", help="variants per lab and exercise")
     args = parser.parse_args(argv)
     try:
@@ -179,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         if complaint := unknown_labs(args.labs):
             print(complaint, file=sys.stderr)
             return 2
-        return check_catalogue(args.labs or LABS, args.workers)
+        return check_catalogue(args.labs or LABS, args.workers, args.sentences)
     except SourceError as error:
         print(f"catalogue: {error}", file=sys.stderr)
         return 2

@@ -23,6 +23,7 @@ import nbformat
 
 from graders.build import SourceError, build, source_notebook
 from graders.course import LABS, REPO, SOLUTIONS, unknown_labs
+from graders.verdict import failures
 
 CRASH_LINE = "pirnt('starting exercise')  # a typo: NameError before anything else runs\n"
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
@@ -129,8 +130,9 @@ def score_mismatches(
     return wrong
 
 
-def check_demo_class(labs: list[str], workers: int | None = None) -> int:
-    """Build `labs` into a scratch course, grade their demo class there, compare scores."""
+def check_demo_class(labs: list[str], workers: int | None = None, sentences: bool = False) -> int:
+    """Build `labs` into a scratch course, grade their demo class there, compare scores;
+    `sentences`: under each student, the sentence of every check that did not pass."""
     from graders.grade import grade_class
 
     with tempfile.TemporaryDirectory(prefix="demo-check-") as tmp:
@@ -143,6 +145,9 @@ def check_demo_class(labs: list[str], workers: int | None = None) -> int:
         got = run.scores.get((s.name, s.lab))
         mark = "ok " if (s.name, s.lab) in run.scores and abs(got - s.score) < 1e-9 else "BAD"
         print(f"{mark} {s.lab:<24} {s.name:<22} declared {s.score:>5g}  got {got}")
+        if sentences:
+            for line in failures(run.verdicts.get((s.name, s.lab), {})):
+                print(f"      {line}")
     print(f"{len(students) - len(wrong)}/{len(students)} declared scores met")
     return 1 if wrong else 0
 
@@ -188,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     chk = sub.add_parser("check", help="grade the demo class of some labs in a scratch course")
     chk.add_argument("labs", nargs="*")
     chk.add_argument("--workers", type=worker_count, default=None)
+    chk.add_argument("--sentences", action="store_true",
+                     help="print the sentence of every check that did not pass")  # fmt: skip
     args = parser.parse_args(argv)
     try:
         return command(args)
@@ -206,7 +213,7 @@ def command(args: argparse.Namespace) -> int:
     if complaint := unknown_labs(args.labs):
         print(complaint, file=sys.stderr)
         return 2
-    return check_demo_class(args.labs or LABS, args.workers)
+    return check_demo_class(args.labs or LABS, args.workers, args.sentences)
 
 
 if __name__ == "__main__":

@@ -22,3 +22,10 @@ PASSED: Kind = "passed"
 class Verdict(TypedDict):
     kind: Kind
     sentence: str
+
+
+def failures(verdicts: dict[str, dict]) -> list[str]:
+    """`grade_id: sentence` of each check that did not pass, in the notebook's order (a
+    hand-in's verdicts as the task reads them back: grade_id -> Verdict plus ``cell``)."""
+    ordered = sorted(verdicts.items(), key=lambda kv: (kv[1].get("cell", 0), kv[0]))
+    return [f"{gid}: {v.get('sentence', '')}" for gid, v in ordered if v.get("kind") != PASSED]
