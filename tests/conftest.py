@@ -26,31 +26,23 @@ def course(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def graded(course, tmp_path_factory):
-    """The demo class of every lab graded as `make demo` grades it (feedback included), then
-    the mistake catalogue of every lab as `python -m graders.catalogue check` grades it
-    (scores only: no feedback pages). Returns the students, the packs and one ClassRun
-    holding both runs."""
-    from helpers import reference_cache, share_references
+    """The demo class and the mistake catalogue of every lab, graded in one class run as
+    `make autograde` grades (feedback included): the demo students complete and blank by
+    themselves, every other demo student and every catalogued answer folded into as few
+    hand-ins as their answer cells allow (tests/helpers.py, `write_test_class`). Returns the
+    students graded by themselves, the folded hand-ins and the ClassRun."""
+    from helpers import reference_cache, share_references, write_test_class
 
-    from graders.catalogue import write_packs
-    from graders.demo import write_class
     from graders.grade import grade_class
 
     share_references(course, LABS, reference_cache(tmp_path_factory))
-    students = write_class(course, LABS, course / "labs")
-    demo = grade_class(course, labs=LABS, workers=2, quiet=True)
-    packs = [pack for lab in LABS for pack in write_packs(course, lab, course / "labs")]
-    names = sorted({pack.name for pack in packs})
-    catalogue = grade_class(
-        course, labs=LABS, workers=2, quiet=True, feedback=False, students=names
-    )
-    report = catalogue  # its scores and maxima are read back from the whole gradebook
-    report.problems = demo.problems + catalogue.problems
-    report.notes = demo.notes + catalogue.notes
-    report.timings = {**demo.timings, **catalogue.timings}
-    report.verdicts = {**demo.verdicts, **catalogue.verdicts}
-    report.graded += demo.graded
-    return students, packs, report
+    alone, folded = [], []
+    for lab in LABS:
+        students, hand_ins = write_test_class(course, lab, course / "labs")
+        alone += students
+        folded += hand_ins
+    run = grade_class(course, labs=LABS, workers=2, quiet=True)
+    return alone, folded, run
 
 
 @pytest.fixture(scope="session")

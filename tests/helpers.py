@@ -6,7 +6,9 @@
 * records and test cells as a graded notebook holds them (the judge's tests);
 * a free TCP port (tests/clients/), the text a cell printed, the processes running a command;
 * the reference records, made once per test session and shared by every scratch course
-  (`share_references`): running a lab's solution is the same work whichever course asks.
+  (`share_references`): running a lab's solution is the same work whichever course asks;
+* the class conftest's `graded` grades (`write_test_class`): the demo class and the mistake
+  catalogue of every lab, folded into as few hand-ins as their answer cells allow.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import shutil
 import socket
 import time
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -24,8 +27,17 @@ import nbformat
 from graders import gradebook, references
 from graders.build import build, source_notebook
 from graders.build_reference import prepare_references
+from graders.catalogue import Variant, catalogue
 from graders.course import REPO
-from graders.demo import declared_class, student_notebook, write_class
+from graders.demo import (
+    CRASH_LINE,
+    Student,
+    answer_ids,
+    declared_class,
+    solution_code,
+    student_notebook,
+    write_class,
+)
 from graders.grade import grade_class
 from graders.kernel.grader_observe import encode
 from graders.records import MIME
@@ -70,6 +82,107 @@ def share_references(root: Path, labs: list[str], cache: Path) -> None:
                 left.remove(lab)
         if left:
             time.sleep(0.5)
+
+
+ALONE = {"complete", "blank"}  # demo students graded by themselves in the test's class
+
+
+@dataclass
+class Folded:
+    """One hand-in of the test's class: mistakes of the catalogue and of the demo class that
+    touch different answer cells, together. Its score must be full marks minus the sum of
+    their losses (a mistake costs points once, in its own exercises: CONTRIBUTING.md)."""
+
+    lab: str
+    name: str
+    cells: dict[str, str] = field(default_factory=dict)  # answer cell -> code handed in
+    variants: list[Variant] = field(default_factory=list)
+    students: list[Student] = field(default_factory=list)  # demo students folded in here
+    alone: bool = False  # a catalogue variant marked `alone`: nothing else joins it
+
+    def expected(self, full: float) -> float:
+        lost = sum(v.loses for v in self.variants) + sum(full - s.score for s in self.students)
+        return full - lost
+
+    def members(self) -> str:
+        named = [f"{v.exercise} ({v.kind}: {v.why})" for v in self.variants]
+        named += [f"demo student {s.name} ({s.why})" for s in self.students]
+        return ", ".join(named)
+
+
+def demo_cells(student: Student, release_nb, solution_nb) -> dict[str, str]:
+    """The answer cells `student` hands in other than as solved: its mistakes, the cells it
+    leaves as released, the cell its crash breaks. Empty: the complete answer."""
+    ids = answer_ids(release_nb)
+    released = {
+        c.metadata["nbgrader"]["grade_id"]: c.source
+        for c in release_nb.cells
+        if c.metadata.get("nbgrader", {}).get("solution")
+    }
+    cells = dict(student.cells)
+    if student.fill is not None:
+        cells.update({i: released[i] for i in ids if i not in student.fill and i not in cells})
+    if student.crash:
+        solved = next(
+            solution_code(c)
+            for c in solution_nb.cells
+            if c.metadata.get("nbgrader", {}).get("grade_id") == ids[0]
+        )
+        cells[ids[0]] = CRASH_LINE + cells.get(ids[0], solved).strip("\n")
+    return cells
+
+
+def write_test_class(root: Path, lab: str, release: Path) -> tuple[list[Student], list[Folded]]:
+    """Write under root/submitted/ the demo students of ALONE by themselves, and the mistake
+    catalogue's hand-ins (the k-th variant of every exercise together) with every other demo
+    student folded into the first one whose answer cells it leaves alone (a new hand-in where
+    none does). `make demo` grades each demo student by itself; this grades the same
+    mistakes in about half the hand-ins."""
+    release_nb = nbformat.read(release / lab / f"{lab}.ipynb", as_version=4)
+    solution_nb = source_notebook(lab)
+    alone, members = [], []
+    for student in declared_class(lab):
+        cells = demo_cells(student, release_nb, solution_nb)
+        if student.name in ALONE or set(cells) >= set(answer_ids(release_nb)):
+            alone.append(student)
+        else:
+            members.append((student, cells))
+    # first fit, the demo students (several cells each, the biggest first) before the
+    # catalogue's variants (one cell each): as many hand-ins as the busiest answer cell needs,
+    # or about
+    folded: list[Folded] = []
+
+    def home_for(cells) -> Folded:
+        for hand_in in folded:
+            if not hand_in.alone and not set(hand_in.cells) & set(cells):
+                return hand_in
+        folded.append(Folded(lab, f"catalogue-{len(folded) + 1}"))
+        return folded[-1]
+
+    for student, cells in sorted(members, key=lambda m: -len(m[1])):
+        home = home_for(cells)
+        home.cells.update(cells)
+        home.students.append(student)
+    for variant in catalogue(lab):
+        if variant.alone:
+            home = Folded(lab, f"catalogue-{len(folded) + 1}", alone=True)
+            folded.append(home)
+        else:
+            home = home_for([variant.exercise])
+        home.cells[variant.exercise] = variant.code
+        home.variants.append(variant)
+    for student in alone:
+        write_hand_in(root, student.name, lab, student_notebook(student, release_nb, solution_nb))
+    for hand_in in folded:
+        student = Student(name=hand_in.name, lab=lab, score=0, cells=hand_in.cells)
+        write_hand_in(root, hand_in.name, lab, student_notebook(student, release_nb, solution_nb))
+    return alone, folded
+
+
+def write_hand_in(root: Path, student: str, lab: str, nb) -> None:
+    out = root / "submitted" / student / lab / f"{lab}.ipynb"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, out)
 
 
 def report_class(tmp_path_factory) -> Path:

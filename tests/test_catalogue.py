@@ -7,7 +7,7 @@ import nbformat
 import pytest
 
 from graders import torch_errors
-from graders.catalogue import catalogue, expected
+from graders.catalogue import catalogue
 from graders.course import LABS, REPO
 from graders.demo import answer_ids
 
@@ -52,8 +52,8 @@ def counted(found: dict[str, list[str]]) -> str:
 def test_no_catalogue_failure_points_into_a_checks_own_code(graded):
     """Every wrong answer of every catalogue is told by a check's own sentence (or a hidden
     check's), never by "stopped at line N" of the check's code."""
-    _students, packs, report = graded
-    found = failure_sentences(report, [(pack.name, pack.lab) for pack in packs])
+    _alone, folded, report = graded
+    found = failure_sentences(report, [(f.name, f.lab) for f in folded if f.variants])
     print(f"catalogue failure sentences: {counted(found)}")
     assert found["check"], "no failure sentence worded by a check: was anything graded?"
     assert not found["code"], f"{counted(found)}:\n" + "\n".join(found["code"])
@@ -61,16 +61,20 @@ def test_no_catalogue_failure_points_into_a_checks_own_code(graded):
 
 def test_the_mistake_catalogue_gets_its_declared_scores(graded):
     """Every catalogued answer loses exactly its declared points, in its own exercise only
-    (variants of several exercises share a hand-in: their losses must add up)."""
-    _students, packs, report = graded
+    (variants of several exercises, and demo students, share a hand-in: their losses must add
+    up; tests/helpers.py folds them)."""
+    _alone, folded, report = graded
     wrong = []
-    for pack in packs:
-        got = report.scores.get((pack.name, pack.lab))
-        want = expected(pack, report.max_scores[pack.lab])
-        if got is None or abs(got - want) > 1e-9:
-            names = ", ".join(f"{v.exercise} ({v.kind}: {v.why})" for v in pack.variants)
-            wrong.append(f"{pack.lab}/{pack.name}: want {want}, got {got}: {names}")
+    for hand_in in folded:
+        if hand_in.variants:
+            got = report.scores.get((hand_in.name, hand_in.lab))
+            want = hand_in.expected(report.max_scores[hand_in.lab])
+            if got is None or abs(got - want) > 1e-9:
+                wrong.append(f"{hand_in.lab}/{hand_in.name}: want {want}, got {got}: "
+                             f"{hand_in.members()}")  # fmt: skip
     assert not wrong, "\n".join(wrong)
+    placed = sorted((f.lab, v.exercise, v.code) for f in folded for v in f.variants)
+    assert placed == sorted((v.lab, v.exercise, v.code) for lab in LABS for v in catalogue(lab))
 
 
 @pytest.mark.parametrize("lab", [lab for lab in LABS if catalogue(lab)])
@@ -82,3 +86,42 @@ def test_a_catalogue_covers_every_exercise(lab):
         wrong = [v for v in variants if v.exercise == exercise and v.kind == "wrong"]
         assert len(wrong) >= 3, f"{lab}: {exercise} has {len(wrong)} wrong variants"
     assert sum(v.kind == "correct" for v in variants) >= 2, f"{lab}: fewer than 2 correct"
+
+
+def test_the_test_class_folds_every_mistake_once_without_sharing_a_cell(tmp_path):
+    """tests/helpers.py's `write_test_class`, which conftest's `graded` grades: every demo
+    student (complete and blank by themselves) and every catalogued answer in exactly one
+    hand-in, no two of them on one answer cell, each hand-in written with their code, and no
+    more hand-ins than the lab's busiest answer cell needs."""
+    from helpers import ALONE, demo_cells, write_test_class
+
+    from graders.build import source_notebook
+    from graders.demo import declared_class
+
+    for lab in LABS:
+        release = nbformat.read(REPO / "labs" / lab / f"{lab}.ipynb", as_version=4)
+        alone, folded = write_test_class(tmp_path, lab, REPO / "labs")
+        assert {s.name for s in alone} == ALONE
+        placed = [s.name for s in alone] + [s.name for f in folded for s in f.students]
+        assert sorted(placed) == sorted(s.name for s in declared_class(lab)), lab
+        variants = [(v.exercise, v.code) for f in folded for v in f.variants]
+        assert sorted(variants) == sorted((v.exercise, v.code) for v in catalogue(lab)), lab
+        busiest: dict[str, int] = {}
+        for hand_in in folded:
+            taken = [v.exercise for v in hand_in.variants]
+            for student in hand_in.students:
+                taken += demo_cells(student, release, source_notebook(lab))
+            assert len(taken) == len(set(taken)), f"{lab}/{hand_in.name} shares a cell"
+            for cell in taken:
+                busiest[cell] = busiest.get(cell, 0) + 1
+            written = nbformat.read(
+                tmp_path / "submitted" / hand_in.name / lab / f"{lab}.ipynb", as_version=4
+            )
+            sources = {
+                c.metadata["nbgrader"]["grade_id"]: c.source
+                for c in written.cells
+                if c.metadata.get("nbgrader", {}).get("solution")
+            }
+            for cell, code in hand_in.cells.items():
+                assert sources[cell] == code.strip("\n"), f"{lab}/{hand_in.name}/{cell}"
+        assert len(folded) == max(busiest.values()), lab

@@ -1,5 +1,8 @@
 """The demo class (graders/demo.py, each lab's demo.toml), graded by the real grader, gets
-exactly its declared scores."""
+exactly its declared scores. `make demo` grades each student by itself; here complete and
+blank are, and every other demo student is folded into a hand-in of the mistake catalogue
+whose answer cells it leaves alone (tests/helpers.py): that hand-in must lose exactly the
+points its students and variants declare."""
 
 from __future__ import annotations
 
@@ -11,30 +14,52 @@ from graders.course import LABS
 from graders.demo import declared_class, score_mismatches
 
 
+def demo_hand_ins(graded) -> list[tuple[str, str]]:
+    """(student, lab) of every graded hand-in that holds a demo student."""
+    alone, folded, _run = graded
+    return [(s.name, s.lab) for s in alone] + [(f.name, f.lab) for f in folded if f.students]
+
+
 def test_no_demo_failure_points_into_a_checks_own_code(graded):
     """Every failed check of the demo class is told by a check's own sentence (or a hidden
     check's), never by "stopped at line N" of the check's code (tests/test_catalogue.py)."""
-    students, _packs, report = graded
-    found = failure_sentences(report, [(s.name, s.lab) for s in students])
+    report = graded[2]
+    found = failure_sentences(report, demo_hand_ins(graded))
     print(f"demo failure sentences: {counted(found)}")
     assert found["check"], "no failure sentence worded by a check: was anything graded?"
     assert not found["code"], f"{counted(found)}:\n" + "\n".join(found["code"])
 
 
 def test_demo_class_gets_its_declared_scores(course, graded):
-    students, _packs, report = graded
+    alone, folded, report = graded
     assert not report.problems, report.problems
-    assert score_mismatches(students, report.scores) == []
-    # every lab's demo class is complete: full marks, nothing, part, a crash, two mistakes
+    assert score_mismatches(alone, report.scores) == []
+    wrong = []
+    for hand_in in folded:
+        if hand_in.students:
+            got = report.scores.get((hand_in.name, hand_in.lab))
+            want = hand_in.expected(report.max_scores[hand_in.lab])
+            if got is None or abs(got - want) > 1e-9:
+                wrong.append(f"{hand_in.lab}/{hand_in.name}: want {want}, got {got}: "
+                             f"{hand_in.members()}")  # fmt: skip
+    assert not wrong, "\n".join(wrong)
+    # every demo student graded once: by itself or in one hand-in
     for lab in LABS:
         declared = {s.name: s.score for s in declared_class(lab)}
+        placed = [s.name for s in alone if s.lab == lab]
+        placed += [s.name for f in folded if f.lab == lab for s in f.students]
+        assert sorted(placed) == sorted(declared), lab
+        # every lab's demo class is complete: full marks, nothing, part, a crash, two mistakes
         assert {"complete", "blank", "partial", "crash"} <= set(declared), lab
         assert len(declared) >= 6, f"{lab}: the demo class needs at least two named mistakes"
         assert declared["complete"] == report.max_scores[lab] > 0
         assert declared["blank"] == 0
-    # grades.csv (nbgrader export) and one feedback page per submission
+    # grades.csv (nbgrader export) and one feedback page per hand-in
     with open(course / "grades.csv") as fh:
         rows = {(r["student_id"], r["assignment"]): float(r["score"]) for r in csv.DictReader(fh)}
-    for s in students:
+    for s in alone:
         assert rows[(s.name, s.lab)] == s.score
-        assert (course / "feedback" / s.name / s.lab / f"{s.lab}.html").is_file()
+    for key, score in report.scores.items():
+        assert rows[key] == score
+        student, lab = key
+        assert (course / "feedback" / student / lab / f"{lab}.html").is_file()

@@ -2,12 +2,12 @@
 pytest-xdist scheduler, loaded by tests/conftest.py (`pytest_plugins`).
 
 A fixture made once per module or session is made once in each worker that needs it, and
-some take minutes (conftest's `graded`: 10 to 20), so the tests that share one must run in
-one worker. xdist's loadgroup groups tests by their `xdist_group` marks by renaming each test
-in the worker: it sets `item._nodeid` to nodeid + "@group". pytest 9.2 keeps a test's id
-elsewhere (`_id`), so with xdist 3.8 the marks are ignored without a word. So each worker
-writes down the groups of its tests (the same in every worker), and the controller's
-scheduler reads them before it hands out work.
+some take minutes (conftest's `graded` grades a class of every lab), so the tests that share
+one must run in one worker. xdist's loadgroup groups tests by their `xdist_group` marks by
+renaming each test in the worker: it sets `item._nodeid` to nodeid + "@group". pytest 9.2
+keeps a test's id elsewhere (`_id`), so with xdist 3.8 the marks are ignored without a word.
+So each worker writes down the groups of its tests (the same in every worker), and the
+controller's scheduler reads them before it hands out work.
 
 The order the work is handed out in: the groups and tests marked `slow` first, the biggest
 group first, then the rest, which fills in around them. A long test handed out last would
