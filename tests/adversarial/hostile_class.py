@@ -397,14 +397,25 @@ def output_text(output) -> str:
 
 
 def outputs(root: Path, student: str, tests: bool = False) -> str:
-    """The text of a graded notebook's outputs: of its other cells, or of its test cells."""
+    """The text of a graded notebook's outputs: of its other cells, or of its test cells. A
+    stream the kernel flushed in pieces (one print can arrive as several outputs) is one
+    text, as Jupyter shows it."""
     nb = graded_notebook(root, student)
-    return "\n".join(
-        output_text(o)
-        for c in nb.cells
-        if c.cell_type == "code" and bool(is_test_cell(c)) == tests
-        for o in c.outputs
-    )
+    texts = []
+    for cell in nb.cells:
+        if cell.cell_type != "code" or bool(is_test_cell(cell)) != tests:
+            continue
+        stream = None
+        for output in cell.outputs:
+            name = output.get("name") if output.get("output_type") == "stream" else None
+            if name is not None and name == stream:
+                texts[-1] += "".join(output.get("text", ""))
+            elif name is not None:
+                texts.append("".join(output.get("text", "")))
+            else:
+                texts.append(output_text(output))
+            stream = name
+    return "\n".join(texts)
 
 
 def reported(root: Path, student: str, prefix: str) -> dict:
