@@ -109,6 +109,15 @@ class Folded:
         named += [f"demo student {s.name} ({s.why})" for s in self.students]
         return ", ".join(named)
 
+    def mismatch(self, run) -> str | None:
+        """A line naming this hand-in and its members when `run` (a ClassRun) did not give
+        it the expected score; None when it did."""
+        got = run.scores.get((self.name, self.lab))
+        want = self.expected(run.max_scores[self.lab])
+        if got is not None and abs(got - want) <= 1e-9:
+            return None
+        return f"{self.lab}/{self.name}: want {want}, got {got}: {self.members()}"
+
 
 def demo_cells(student: Student, release_nb, solution_nb) -> dict[str, str]:
     """The answer cells `student` hands in other than as solved: its mistakes, the cells it

@@ -64,14 +64,7 @@ def test_the_mistake_catalogue_gets_its_declared_scores(graded):
     (variants of several exercises, and demo students, share a hand-in: their losses must add
     up; tests/helpers.py folds them)."""
     _alone, folded, report = graded
-    wrong = []
-    for hand_in in folded:
-        if hand_in.variants:
-            got = report.scores.get((hand_in.name, hand_in.lab))
-            want = hand_in.expected(report.max_scores[hand_in.lab])
-            if got is None or abs(got - want) > 1e-9:
-                wrong.append(f"{hand_in.lab}/{hand_in.name}: want {want}, got {got}: "
-                             f"{hand_in.members()}")  # fmt: skip
+    wrong = [line for f in folded if f.variants and (line := f.mismatch(report))]
     assert not wrong, "\n".join(wrong)
     placed = sorted((f.lab, v.exercise, v.code) for f in folded for v in f.variants)
     assert placed == sorted((v.lab, v.exercise, v.code) for lab in LABS for v in catalogue(lab))
