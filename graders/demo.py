@@ -68,12 +68,17 @@ def solution_code(cell) -> str:
     return "".join(line for line in lines if line.strip() not in MARKERS)
 
 
-def answer_ids(nb) -> list[str]:
-    return [
-        c.metadata["nbgrader"]["grade_id"]
+def answer_sources(nb) -> dict[str, str]:
+    """The answer cells of `nb` (grade_id -> source), in notebook order."""
+    return {
+        c.metadata["nbgrader"]["grade_id"]: c.source
         for c in nb.cells
         if c.metadata.get("nbgrader", {}).get("solution")
-    ]
+    }
+
+
+def answer_ids(nb) -> list[str]:
+    return list(answer_sources(nb))
 
 
 def student_notebook(student: Student, release_nb, solution_nb):

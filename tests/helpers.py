@@ -30,11 +30,10 @@ from graders.build_reference import prepare_references
 from graders.catalogue import Variant, catalogue
 from graders.course import REPO
 from graders.demo import (
-    CRASH_LINE,
     Student,
     answer_ids,
+    answer_sources,
     declared_class,
-    solution_code,
     student_notebook,
     write_class,
 )
@@ -122,23 +121,10 @@ class Folded:
 def demo_cells(student: Student, release_nb, solution_nb) -> dict[str, str]:
     """The answer cells `student` hands in other than as solved: its mistakes, the cells it
     leaves as released, the cell its crash breaks. Empty: the complete answer."""
-    ids = answer_ids(release_nb)
-    released = {
-        c.metadata["nbgrader"]["grade_id"]: c.source
-        for c in release_nb.cells
-        if c.metadata.get("nbgrader", {}).get("solution")
-    }
-    cells = dict(student.cells)
-    if student.fill is not None:
-        cells.update({i: released[i] for i in ids if i not in student.fill and i not in cells})
-    if student.crash:
-        solved = next(
-            solution_code(c)
-            for c in solution_nb.cells
-            if c.metadata.get("nbgrader", {}).get("grade_id") == ids[0]
-        )
-        cells[ids[0]] = CRASH_LINE + cells.get(ids[0], solved).strip("\n")
-    return cells
+    solved = Student(name="solved", lab=student.lab, score=0)
+    solved_cells = answer_sources(student_notebook(solved, release_nb, solution_nb))
+    mine = answer_sources(student_notebook(student, release_nb, solution_nb))
+    return {cell: code for cell, code in mine.items() if code != solved_cells[cell]}
 
 
 def write_test_class(root: Path, lab: str, release: Path) -> tuple[list[Student], list[Folded]]:

@@ -9,7 +9,7 @@ import pytest
 from graders import torch_errors
 from graders.catalogue import catalogue
 from graders.course import LABS, REPO
-from graders.demo import answer_ids
+from graders.demo import answer_ids, answer_sources
 
 NOT_A_CHECKS_WORDS = ("A visible check stopped at line", "A visible check failed with")
 
@@ -93,6 +93,7 @@ def test_the_test_class_folds_every_mistake_once_without_sharing_a_cell(tmp_path
 
     for lab in LABS:
         release = nbformat.read(REPO / "labs" / lab / f"{lab}.ipynb", as_version=4)
+        source = source_notebook(lab)
         alone, folded = write_test_class(tmp_path, lab, REPO / "labs")
         assert {s.name for s in alone} == ALONE
         placed = [s.name for s in alone] + [s.name for f in folded for s in f.students]
@@ -103,18 +104,14 @@ def test_the_test_class_folds_every_mistake_once_without_sharing_a_cell(tmp_path
         for hand_in in folded:
             taken = [v.exercise for v in hand_in.variants]
             for student in hand_in.students:
-                taken += demo_cells(student, release, source_notebook(lab))
+                taken += demo_cells(student, release, source)
             assert len(taken) == len(set(taken)), f"{lab}/{hand_in.name} shares a cell"
             for cell in taken:
                 busiest[cell] = busiest.get(cell, 0) + 1
             written = nbformat.read(
                 tmp_path / "submitted" / hand_in.name / lab / f"{lab}.ipynb", as_version=4
             )
-            sources = {
-                c.metadata["nbgrader"]["grade_id"]: c.source
-                for c in written.cells
-                if c.metadata.get("nbgrader", {}).get("solution")
-            }
+            sources = answer_sources(written)
             for cell, code in hand_in.cells.items():
                 assert sources[cell] == code.strip("\n"), f"{lab}/{hand_in.name}/{cell}"
         assert len(folded) == max(busiest.values()), lab
