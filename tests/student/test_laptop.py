@@ -52,8 +52,11 @@ def laptop(tmp_path_factory) -> Path:
     venv = tmp_path_factory.mktemp("laptop") / "venv"
     subprocess.run([python, "-m", "venv", str(venv)], check=True)
     packages = [p for p in readme_pip_line() if p != "jupyterlab"] + ["ipykernel"]
+    # --no-compile: pip would compile every module of every package (about a minute of CPU,
+    # half the install); the laptop's Python writes the bytecode of what the labs import,
+    # the first time they import it (run_on_laptop lets it), as any Python does
     install = subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "--quiet", *packages],
+        [str(venv / "bin" / "pip"), "install", "--quiet", "--no-compile", *packages],
         capture_output=True,
         text=True,
     )
@@ -82,7 +85,11 @@ def run_on_laptop(venv: Path, nb, workdir: Path, network: bool = True) -> None:
     specs = KernelSpecManager(kernel_dirs=[str(spec.parent)])
     km = KernelManager(kernel_name="laptop", kernel_spec_manager=specs, transport="ipc")
     km.ip = str(workdir.parent / "kernel-ipc")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("COURSE_", "PYTHONPATH"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("COURSE_", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE"))
+    }
     env["NBGRADER_EXECUTION"] = "validate"  # short training, and nothing installed at run time
     env["PATH"] = f"{venv / 'bin'}:{env.get('PATH', '')}"
     client = NotebookClient(
