@@ -146,8 +146,23 @@ runtime = scratch / "task-1" / "runtime"
 runtime.mkdir(parents=True)
 runtime.chmod(0o711)
 manager = sandbox.SandboxKernelManager(sandbox={"runtime": str(runtime)})
-asyncio.run(manager.start_kernel())
-print(json.dumps({"private": str(manager._private), "groups": [str(g) for g in manager._groups]}))
+
+
+async def start():  # until the kernel answers: its processes are then all started
+    await manager.start_kernel()
+    client = manager.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=120)
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"
+    finally:
+        client.stop_channels()
+
+
+error = asyncio.run(start())
+print(json.dumps({"private": str(manager._private), "groups": [str(g) for g in manager._groups],
+                  "error": error}))
 sys.stdout.flush()
 time.sleep(600)
 """
@@ -169,6 +184,7 @@ def test_a_grader_killed_outright_leaves_nothing_after_the_next_sweep():
     )
     try:
         started = json.loads(grader.stdout.readline())
+        assert started["error"] is None, f"the kernel did not start: {started['error']}"
         private, groups = Path(started["private"]), [Path(g) for g in started["groups"]]
         scratch = private.parent.parent.parent
         assert scratch.parent == root and running_with(str(private))
