@@ -26,8 +26,12 @@ help:
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing into $(VENV) (a few minutes the first time; log: $(VENV)/install.log)"
-	@$(PY) -m pip install --disable-pip-version-check -e '.[dev]' > $(VENV)/install.log 2>&1 \
+	@$(PY) -m pip install --disable-pip-version-check --no-compile -e '.[dev]' > $(VENV)/install.log 2>&1 \
 	  || { tail -n 30 $(VENV)/install.log; echo "pip install failed: see $(VENV)/install.log"; exit 1; }
+	@# pip compiles one module at a time; compileall uses every core (a file it cannot
+	@# compile, such as torch's test module written for Python 3.12, pip skips as well)
+	@$(PY) -m compileall -q -j 0 $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
+	  >> $(VENV)/install.log 2>&1 || true
 	@touch $(STAMP)
 
 install: $(STAMP)
