@@ -1,10 +1,11 @@
-"""What every grading kernel pays before a hand-in's own code runs, and what a kernel forked
-from a process that had already paid it would pay instead.
+"""What every grading kernel started alone pays before a hand-in's own code runs, and what a
+kernel forked from a process that has already paid it pays instead (a root grader forks its
+kernels so: graders/zygote.py).
 
-Each graded notebook gets a fresh kernel in a fresh sandbox (graders/sandbox.py), so each
-one starts Python and ipykernel, imports torch, and (in most labs) imports torch._dynamo the
-first time an optimizer is used (torch.optim's methods are wrapped by torch._disable_dynamo,
-which imports it on their first call). This prints those steps, each timed in a fresh
+A kernel started alone in a fresh sandbox (graders/sandbox.py) starts Python and ipykernel,
+imports torch, and (in most labs) imports torch._dynamo the first time an optimizer is used
+(torch.optim's methods are wrapped by torch._disable_dynamo, which imports it on their first
+call). This prints those steps, each timed in a fresh
 interpreter of the grader's Python with the kernels' thread count, the median of `--runs`,
 and then the time to fork a process that has done all of them and have the child answer.
 

@@ -28,6 +28,13 @@ nbgrader's Execute step is `SandboxedExecute` (nbgrader_config.py), whose
   its own cell), a cap on any one file, a small private /dev/shm, and wall-clock budgets
   for each cell and for the whole notebook, per lab (graders/budgets.py): a multiple of the
   solution's own time, from the reference `make build` timed.
+* **How it starts**: for a root grader, forked from a warm process of this grading process
+  (graders/zygote.py) that has already imported ipykernel and torch inside a sandbox of this
+  same allow-list, and that gives the kernel everything above (its own namespaces, tmpfs
+  folders, cgroups, rlimits, user; no capabilities) before the kernel's first cell: a
+  kernel then starts in a fraction of a second instead of seconds. Elsewhere (a grader
+  that is not root, a private folder outside /tmp, ``COURSE_FORK_KERNELS=0``), each kernel
+  is started alone by bubblewrap.
 
 This module is nbgrader's side: `SandboxedExecute` (the Execute step, with the whole-notebook
 budget) and `SandboxKernelManager` (starts, watches and throws away each kernel). The
@@ -64,7 +71,7 @@ from nbclient.exceptions import CellTimeoutError
 from nbgrader.preprocessors import Execute
 from traitlets import Dict, Float, Unicode
 
-from graders import budgets, references, sandbox_host, wire
+from graders import budgets, references, sandbox_host, wire, zygote
 from graders.sandbox_argv import KERNEL_THREADS, available, kernel_argv, matplotlib_font_list
 
 KILL_GRACE_S = 60  # a kernel still running this long after its notebook's budget is killed
@@ -123,28 +130,37 @@ class SandboxKernelManager(AsyncKernelManager):
         if uid is not None:
             os.chown(self.connection_file, uid, uid)
         self._groups = sandbox_host.memory_groups().make(f"grading-{private.name}")
-        fonts = None
-        given = matplotlib_font_list()
-        if given is not None:  # a copy of its own, beside its sockets
-            name, data = given
-            fonts = private / name
-            fonts.write_bytes(data)
-            fonts.chmod(0o444)
-        argv = kernel_argv(
-            command,
-            private,
-            readonly=[Path(p) for p in self.sandbox.get("readonly", [])],
-            threads=self.sandbox.get("threads", KERNEL_THREADS),
-            env=self.sandbox.get("env", {}),
-            uid=uid,
-            group=self._groups,
-            files=[Path(p) for p in self.sandbox.get("files", [])],
-            fonts=fonts,
-        )
+        readonly = [Path(p) for p in self.sandbox.get("readonly", [])]
+        files = [Path(p) for p in self.sandbox.get("files", [])]
+        threads = self.sandbox.get("threads", KERNEL_THREADS)
+        env = self.sandbox.get("env", {})
+        warm = None
+        if uid is not None and zygote.usable(private, command):
+            warm = zygote.for_folders(readonly)
+        if warm is not None:  # forked from the warm process (graders/zygote.py)
+            connection = command[command.index("-f") + 1]
+            argv = warm.command(private, connection, uid, threads, env, files, self._groups)
+        else:
+            argv = kernel_argv(
+                command, private, readonly=readonly, threads=threads, env=env, uid=uid,
+                group=self._groups, files=files, fonts=self._font_list(private),
+            )  # fmt: skip
         kw.pop("cwd", None)  # never nbgrader's autograded folder
         kw["stdout"] = kw["stderr"] = subprocess.DEVNULL  # its words reach us as messages only
         kw["env"] = {}  # the sandbox sets the kernel's environment (an allow-list)
         return argv, kw
+
+    @staticmethod
+    def _font_list(private: Path) -> Path | None:
+        """A copy of matplotlib's font list of its own, beside its sockets."""
+        given = matplotlib_font_list()
+        if given is None:
+            return None
+        name, data = given
+        fonts = private / name
+        fonts.write_bytes(data)
+        fonts.chmod(0o444)
+        return fonts
 
     async def _async_post_start_kernel(self, **kw):
         await super()._async_post_start_kernel(**kw)
@@ -168,7 +184,8 @@ class SandboxKernelManager(AsyncKernelManager):
                 notebook_s = budget - KILL_GRACE_S
                 event = {"kernel": str(self._private), "budget_s": budget, "notebook_s": notebook_s}
                 fh.write(json.dumps(event) + "\n")
-        process.kill()  # bwrap; --die-with-parent takes the kernel with it
+        process.kill()  # bwrap (--die-with-parent), or a forked kernel's stub: either
+        # way the kernel goes with it
 
     async def _async_shutdown_kernel(self, now: bool = False, restart: bool = False):
         """Killed at once: everything the notebook said has arrived by then, and a polite

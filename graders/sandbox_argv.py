@@ -9,6 +9,7 @@ the machine: /proc, the Python environment, matplotlib's font list).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -31,6 +32,27 @@ FONT_LIST_MAX_BYTES = 2**20  # matplotlib's font list, given to each kernel (a f
 # kernels run side by side, one per core, and more threads than cores make torch crawl
 KERNEL_THREADS = 1
 WORKDIR = "/home/student"  # the kernel's working folder and HOME, inside the sandbox
+# its scratch folders, under WORKDIR (made by the kernel's own user; kernel_env names them)
+SCRATCH = (".tmp", ".ipython", ".matplotlib", ".inductor", ".triton", ".cache")
+
+
+@cache
+def kernel_side(name: str):
+    """A module of graders/kernel (standard library only at import), as the grader's own:
+    the kernel side is not a package, and is on the kernels' path, not the grader's."""
+    spec = importlib.util.spec_from_file_location(name, KERNEL_SIDE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def guarded(command: list[str]) -> list[str]:
+    """A kernel's command (``python -m ipykernel_launcher ...``) started through
+    graders/kernel/grading_guard.py, which seals the kernel's keyring first, where this
+    machine's system calls are known; any other command as it is."""
+    if command[1:3] == ["-m", "ipykernel_launcher"] and kernel_side("grading_guard").supported():
+        return [command[0], "-m", "grading_guard", *command[1:]]
+    return command
 
 
 def _bwrap() -> str | None:
@@ -145,7 +167,7 @@ def _readonly(paths: list[Path], taken: set[Path]) -> list[str]:
     return argv
 
 
-def kernel_env(private: Path, threads: int | None, extra: dict[str, str]) -> dict[str, str]:
+def kernel_env(threads: int | None, extra: dict[str, str]) -> dict[str, str]:
     """The kernel's whole environment: nothing of the grader's passes unless named here."""
     bindir = str(Path(sys.executable).parent)
     env = {
@@ -167,10 +189,10 @@ def kernel_env(private: Path, threads: int | None, extra: dict[str, str]) -> dic
             env[name] = os.environ[name]
     # Scratch space of this kernel only (torch, once imported by the grader itself, exports
     # TORCHINDUCTOR_CACHE_DIR under /tmp, which the kernel would inherit and cannot write).
-    for name, sub in {"TMPDIR": "tmp", "IPYTHONDIR": "ipython", "MPLCONFIGDIR": "matplotlib",
-                      "TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton",
-                      "XDG_CACHE_HOME": "cache"}.items():  # fmt: skip
-        env[name] = f"{WORKDIR}/.{sub}"
+    names = ("TMPDIR", "IPYTHONDIR", "MPLCONFIGDIR", "TORCHINDUCTOR_CACHE_DIR",
+             "TRITON_CACHE_DIR", "XDG_CACHE_HOME")  # fmt: skip
+    for name, sub in zip(names, SCRATCH, strict=True):
+        env[name] = f"{WORKDIR}/{sub}"
     env.update(extra)
     return env
 
@@ -264,14 +286,58 @@ def kernel_argv(
             argv += ["--perms", "0755", "--dir", str(parent)]
             taken.add(parent)
     argv += ["--bind", str(private), str(private), "--chdir", WORKDIR]
-    for name, value in kernel_env(private, threads, env or {}).items():
+    for name, value in kernel_env(threads, env or {}).items():
         argv += ["--setenv", name, value]
     # the scratch folders the environment names, made by the kernel's own user in its tmpfs
-    made = [f"{WORKDIR}/.{sub}" for sub in
-            ("tmp", "ipython", "matplotlib", "inductor", "triton", "cache")]  # fmt: skip
+    made = [f"{WORKDIR}/{sub}" for sub in SCRATCH]
     argv += _drop_privileges(uid) or ["--"]
     script = "mkdir -p " + " ".join(made) + ' && exec "$@"'
-    return [*argv, "/bin/sh", "-c", script, "sh", *command]
+    return [*argv, "/bin/sh", "-c", script, "sh", *guarded(command)]
+
+
+# What the warm process keeps to set up each kernel forked from it (graders/zygote.py), and
+# drops in each kernel before any of its cells runs
+ZYGOTE_CAPS = ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_NET_ADMIN",
+               "CAP_KILL")  # fmt: skip
+
+
+def zygote_argv(command: list[str], readonly: list[Path], fonts: Path | None) -> list[str]:
+    """`command` (the warm process kernels are forked from) in a sandbox with a kernel's
+    allow-list (a root grader only): the same system, Python and read-only folders, the
+    same environment and font list, no network; it keeps the capabilities that set up each
+    kernel's own namespaces, mounts and user (graders/kernel/grading_zygote.py), and no
+    cgroup or rlimit of its own: each kernel gets its own. Nothing of a kernel's own (its
+    private folder, its lab's files) is in it: each comes with the request for that kernel."""
+    argv = [_bwrap() or "bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc"]
+    argv += ["--unshare-uts", "--new-session", "--clearenv"]
+    for cap in ZYGOTE_CAPS:
+        argv += ["--cap-add", cap]
+    argv += _system_binds()
+    argv += ["--size", str(WORKDIR_BYTES), "--perms", "1777", "--tmpfs", "/tmp"]
+    taken: set[Path] = {Path("/usr"), Path("/tmp")}
+    bound = [*python_paths(), KERNEL_SIDE, *readonly]
+    argv += _readonly(bound, taken)
+    argv += _linked(python_links(), [Path("/usr"), *bound], taken)
+    argv += ["--dev", "/dev", "--proc", "/proc"]
+    argv += ["--size", str(SHM_BYTES), "--perms", "1777", "--tmpfs", "/dev/shm"]
+    argv += ["--perms", "0755", "--dir", "/home"]
+    argv += ["--size", str(WORKDIR_BYTES), "--perms", "0777", "--tmpfs", WORKDIR]
+    if fonts is not None:
+        argv += ["--perms", "0777", "--dir", f"{WORKDIR}/.matplotlib"]
+        argv += ["--ro-bind", str(fonts), f"{WORKDIR}/.matplotlib/{fonts.name}"]
+    argv += ["--chdir", WORKDIR]
+    for name, value in kernel_env(KERNEL_THREADS, {}).items():
+        argv += ["--setenv", name, value]
+    return [*argv, "--", *command]
+
+
+def bound_under_tmp(readonly: list[Path]) -> list[str]:
+    """The folders a sandbox binds below /tmp (its Python, graders/kernel, read-only folders
+    or the links to them, where they live there): a kernel forked in it covers /tmp with a
+    tmpfs of its own, and binds these again on top."""
+    named = [*python_paths(), KERNEL_SIDE, *readonly, *(path for _, path in python_links())]
+    tmp = Path("/tmp")
+    return sorted({str(p) for p in named if tmp in Path(p).parents and Path(p).exists()})
 
 
 def _nproc_cap() -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import re
 import secrets
 import signal
@@ -29,6 +30,7 @@ from graders.sandbox_argv import (
     PRIVATE_BYTES,
     PROCESS_CAP,
     available,
+    kernel_side,
 )
 
 LOG = logging.getLogger("graders.sandbox")
@@ -147,6 +149,11 @@ def protections_missing() -> list[str]:
         missing.append(available())
     if memory_groups().why_not:
         missing.append(memory_groups().why_not)
+    if not kernel_side("grading_guard").supported():
+        missing.append(
+            f"the kernel keyring's system calls are not refused on {platform.machine()} "
+            "(graders/kernel/grading_guard.py knows x86_64 and aarch64)"
+        )
     if os.getuid() != 0:
         missing.append(
             "the kernel's runtime folder (its connection file and sockets) is a host folder "
@@ -181,8 +188,8 @@ def _mount_points() -> set[bytes]:
 
 def _sandboxes_of(private: Path, groups: list[Path]) -> set[int]:
     """The processes of the kernel whose private folder is `private`: its bubblewrap (which
-    binds that folder, an argument the kernel cannot change), and whatever is in its
-    cgroups."""
+    binds that folder) or its stub (a forked kernel's, graders/kernel/zygote_stub.py), both
+    naming it as an argument the kernel cannot change, and whatever is in its cgroups."""
     found = set()
     argument = b"\0" + os.fsencode(private) + b"\0"
     for pid in filter(str.isdigit, os.listdir("/proc")):

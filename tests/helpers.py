@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import secrets
 import shutil
 import socket
 import time
@@ -23,6 +24,8 @@ from datetime import datetime
 from pathlib import Path
 
 import nbformat
+from nbclient import NotebookClient
+from nbformat.v4 import new_code_cell, new_notebook
 
 from graders import gradebook, references
 from graders.build import build, source_notebook
@@ -287,3 +290,46 @@ def small_gradebook(root: Path, lab: str = "lab1", cells: dict[str, float] | Non
         for name, points in cells.items():
             gb.add_grade_cell(name, lab, lab, max_score=points, cell_type="code")
     return gradebook.of(root)
+
+
+# ---- kernels started as the grader starts them (tests/test_zygote.py, test_grading_guard.py)
+
+
+def sandbox_client(tmp_path, cells: list[str]) -> NotebookClient:
+    """A client for these cells, whose kernel is started as the grader starts it; the
+    command that started it is kept as `client.started`."""
+    from graders import sandbox
+
+    nb = new_notebook(cells=[new_code_cell(code) for code in cells])
+    runtime = tmp_path / f"runtime-{secrets.token_hex(2)}"
+    runtime.mkdir()
+    started = []
+
+    class Manager(sandbox.SandboxKernelManager):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.sandbox = {"runtime": str(runtime)}
+
+        async def _async_pre_start_kernel(self, **kw):
+            argv, kw = await super()._async_pre_start_kernel(**kw)
+            started.append(" ".join(argv))
+            return argv, kw
+
+    made = NotebookClient(nb, kernel_manager_class=Manager, timeout=120, allow_errors=True)
+    made.started = started
+    return made
+
+
+def forked(made: NotebookClient) -> bool:
+    """Whether the client's kernel was forked from the warm process (graders/zygote.py)."""
+    from graders import zygote
+
+    (command,) = made.started
+    return str(zygote.STUB) in command and "bwrap" not in command
+
+
+def printed_line(cell, tag: str) -> str:
+    """What `cell` printed after `tag`, to the end of that line."""
+    text = stream_text(cell)
+    assert tag in text, text
+    return text.split(tag, 1)[1].splitlines()[0].strip()

@@ -1,0 +1,172 @@
+"""Kernels forked from the warm process (graders/zygote.py) hold what a kernel started alone
+in bubblewrap holds, against a hand-in that tries to use what they share: the process they
+were all forked from.
+
+* Two kernels forked side by side share nothing a hand-in can use: not a user, a namespace,
+  a file, a process, a socket (abstract, loopback), shared memory or a random stream; and
+  neither sees the warm process, its other children or a capability.
+* A hand-in cannot kill its namespace's init (as under bubblewrap); one that kills its own
+  kernel ends only itself: the warm process forks the next kernel as before.
+* The grader's switch (COURSE_FORK_KERNELS=0) and a grader that is not root start every
+  kernel alone in bubblewrap, as before.
+* The folder of a warm process whose grader was killed is removed by the next one made.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+
+import pytest
+from helpers import forked, printed_line, sandbox_client, stream_text
+
+from graders import sandbox, zygote
+
+pytestmark = [
+    pytest.mark.skipif(sandbox.available() is not None, reason="needs bubblewrap"),
+    pytest.mark.skipif(os.getuid() != 0, reason="only a root grader forks kernels"),
+    pytest.mark.timeout(300),
+]
+
+# what a kernel reports of itself, one JSON line; the test decides
+SELF = """
+import json, os, random, socket, numpy, torch
+def _ns(name):
+    return os.readlink(f"/proc/self/ns/{name}")
+def _status(field):
+    return open("/proc/self/status").read().split(field + ":")[1].split()[0]
+print("SELF " + json.dumps({
+    "uid": os.getuid(),
+    "ns": {n: _ns(n) for n in ("pid", "net", "mnt", "ipc", "uts", "cgroup")},
+    "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+    "caps": [_status(f) for f in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")],
+    "no_new_privs": _status("NoNewPrivs"),
+    "draws": [random.random(), float(torch.rand(1)), float(numpy.random.rand())],
+}))
+"""
+
+# a hand-in leaving things where a classmate's kernel might look
+PLANT = """
+import mmap, os, socket, subprocess, sys
+from multiprocessing import shared_memory
+for _path in ("/tmp/PLANT", "/dev/shm/PLANT", os.path.expanduser("~/PLANT")):
+    open(_path, "w").write("PLANT")
+_shm = shared_memory.SharedMemory(name="PLANTSHM", create=True, size=64)
+_abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+_abstract.bind("\\0PLANT")
+_abstract.listen()
+_tcp = socket.socket()
+_tcp.bind(("127.0.0.1", 47999))
+_tcp.listen()
+_sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                            start_new_session=True)
+print("PLANTED", _sleeper.pid)
+"""
+
+# a classmate's kernel looking for them
+LOOK = """
+import os, socket
+from multiprocessing import shared_memory
+_found = [p for p in ("/tmp/PLANT", "/dev/shm/PLANT", os.path.expanduser("~/PLANT"))
+          if os.path.exists(p)]
+try:
+    shared_memory.SharedMemory(name="PLANTSHM")
+    _found.append("shm")
+except OSError:
+    pass
+for _family, _address in ((socket.AF_UNIX, "\\0PLANT"), (socket.AF_INET, ("127.0.0.1", 47999))):
+    try:
+        socket.socket(_family, socket.SOCK_STREAM).connect(_address)
+        _found.append(repr(_address))
+    except OSError:
+        pass
+print("FOUND", _found)
+"""
+
+
+def test_two_forked_kernels_share_nothing_a_hand_in_can_use(tmp_path):
+    first = sandbox_client(tmp_path, [PLANT, SELF])
+    with first.setup_kernel():
+        assert forked(first)
+        first.execute_cell(first.nb.cells[0], 0)
+        first.execute_cell(first.nb.cells[1], 1)
+        planted = printed_line(first.nb.cells[0], "PLANTED")
+        second = sandbox_client(tmp_path, [LOOK, SELF])
+        second.execute()  # while the first kernel, and what it started, still run
+        assert forked(second)
+    one = json.loads(printed_line(first.nb.cells[1], "SELF"))
+    two = json.loads(printed_line(second.nb.cells[1], "SELF"))
+    assert printed_line(second.nb.cells[0], "FOUND") == "[]"
+    assert one["uid"] != two["uid"] and min(one["uid"], two["uid"]) >= 200_000
+    for name, value in one["ns"].items():
+        assert two["ns"][name] != value, f"both kernels in one {name} namespace"
+    # each sees its own init (1), its kernel (2) and what it started: not the warm process,
+    # nor the other kernel, nor what that one left running
+    assert one["pids"][:2] == [1, 2] and int(planted) in one["pids"]
+    assert two["pids"] == [1, 2]
+    for me in (one, two):
+        assert me["caps"] == ["0000000000000000"] * 5 and me["no_new_privs"] == "1"
+    for a, b in zip(one["draws"], two["draws"], strict=True):  # random, torch, numpy
+        assert a != b, "two forked kernels drew the same random numbers"
+
+
+def test_a_hand_in_that_kills_its_init_and_itself_ends_only_itself(tmp_path):
+    killer = sandbox_client(
+        tmp_path,
+        [
+            # a namespace's init ignores what is sent from inside (Python's SIGINT handler too)
+            "import os, signal\nfor s in ('SIGINT', 'SIGTERM', 'SIGKILL'):\n"
+            "    os.kill(1, getattr(signal, s))",
+            "print('alive')",
+            "os.kill(os.getpid(), signal.SIGKILL)",
+            "print('still alive')",
+        ],
+    )
+    try:
+        killer.execute()
+    except Exception:  # noqa: BLE001 - its kernel died, as it asked
+        pass
+    assert "alive" in stream_text(killer.nb.cells[1])
+    assert "still alive" not in stream_text(killer.nb.cells[3])
+    after = sandbox_client(tmp_path, ["print('next', 6 * 7)"])
+    after.execute()
+    assert "next 42" in stream_text(after.nb.cells[0])
+    assert forked(killer) and forked(after)
+
+
+def test_switched_off_or_not_root_a_kernel_starts_alone(tmp_path, monkeypatch):
+    command = ["python", "-m", "ipykernel_launcher", "-f", "/tmp/x/connection.json"]
+    private = tmp_path / "kernel-x"
+    assert zygote.usable(private, command)
+    assert not zygote.usable(private, ["R", "--slave", "-f", "x"])  # not ipykernel
+    monkeypatch.setenv(zygote.SWITCH, "0")
+    assert not zygote.usable(private, command)
+    monkeypatch.delenv(zygote.SWITCH)
+    monkeypatch.setattr(zygote.os, "getuid", lambda: 1000)
+    assert not zygote.usable(private, command)
+    monkeypatch.undo()
+    monkeypatch.setenv(zygote.SWITCH, "0")
+    alone = sandbox_client(tmp_path, ["print('alone')"])
+    alone.execute()
+    assert "alone" in stream_text(alone.nb.cells[0])
+    assert not forked(alone) and "bwrap" in alone.started[0]
+
+
+def test_a_killed_graders_warm_process_folder_is_removed_by_the_next(tmp_path, monkeypatch):
+    monkeypatch.setattr(zygote.tempfile, "gettempdir", lambda: str(tmp_path))
+    abandoned, live, unclaimed = (tmp_path / f"{zygote.PREFIX}{n}" for n in ("a", "b", "c"))
+    for folder in (abandoned, live, unclaimed):
+        folder.mkdir()
+    (abandoned / "claim").write_text("")
+    (live / "claim").write_text("")
+    held = open(live / "claim")  # noqa: SIM115 - a live grader's lock, held through the sweep
+    fcntl.flock(held, fcntl.LOCK_EX)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "claim").write_text("")
+    (tmp_path / f"{zygote.PREFIX}link").symlink_to(elsewhere)
+    zygote._remove_abandoned()
+    held.close()
+    assert not abandoned.exists()
+    assert live.is_dir() and unclaimed.is_dir() and (elsewhere / "claim").exists()
