@@ -236,6 +236,23 @@ def matplotlib_font_list() -> tuple[str, bytes] | None:
     return None if data is None else (name, data)
 
 
+def _allow_list(readonly: list[Path], taken: set[Path]) -> list[str]:
+    """What a kernel sees besides the system (and its own binds): its /tmp, the Python
+    environment, graders/kernel and `readonly`, read-only; /dev, /proc, its /dev/shm and its
+    working folder. `taken` gets the folders made or bound."""
+    # first: binds below /tmp stay visible; capped like the working folder
+    argv = ["--size", str(WORKDIR_BYTES), "--perms", "1777", "--tmpfs", "/tmp"]
+    taken |= {Path("/usr"), Path("/tmp")}
+    bound = [*python_paths(), KERNEL_SIDE, *readonly]
+    argv += _readonly(bound, taken)
+    argv += _linked(python_links(), [Path("/usr"), *bound], taken)
+    argv += ["--dev", "/dev", "--proc", "/proc"]
+    argv += ["--size", str(SHM_BYTES), "--perms", "1777", "--tmpfs", "/dev/shm"]
+    argv += ["--perms", "0755", "--dir", "/home"]
+    argv += ["--size", str(WORKDIR_BYTES), "--perms", "0777", "--tmpfs", WORKDIR]
+    return argv
+
+
 def kernel_argv(
     command: list[str],
     private: Path,
@@ -266,16 +283,8 @@ def kernel_argv(
         "--clearenv",
         *_system_binds(),
     ]
-    # first: binds below /tmp stay visible; capped like the working folder
-    argv += ["--size", str(WORKDIR_BYTES), "--perms", "1777", "--tmpfs", "/tmp"]
-    taken: set[Path] = {Path("/usr"), Path("/tmp")}
-    bound = [*python_paths(), KERNEL_SIDE, *readonly]
-    argv += _readonly(bound, taken)
-    argv += _linked(python_links(), [Path("/usr"), *bound], taken)
-    argv += ["--dev", "/dev", "--proc", "/proc"]
-    argv += ["--size", str(SHM_BYTES), "--perms", "1777", "--tmpfs", "/dev/shm"]
-    argv += ["--perms", "0755", "--dir", "/home"]
-    argv += ["--size", str(WORKDIR_BYTES), "--perms", "0777", "--tmpfs", WORKDIR]
+    taken: set[Path] = set()
+    argv += _allow_list(readonly, taken)
     for path in files or []:  # declared files beside the notebook, read-only
         argv += ["--ro-bind", str(path), f"{WORKDIR}/{Path(path).name}"]
     if fonts is not None:  # a folder the kernel's user may write in, holding the list
@@ -313,15 +322,7 @@ def zygote_argv(command: list[str], readonly: list[Path], fonts: Path | None) ->
     for cap in ZYGOTE_CAPS:
         argv += ["--cap-add", cap]
     argv += _system_binds()
-    argv += ["--size", str(WORKDIR_BYTES), "--perms", "1777", "--tmpfs", "/tmp"]
-    taken: set[Path] = {Path("/usr"), Path("/tmp")}
-    bound = [*python_paths(), KERNEL_SIDE, *readonly]
-    argv += _readonly(bound, taken)
-    argv += _linked(python_links(), [Path("/usr"), *bound], taken)
-    argv += ["--dev", "/dev", "--proc", "/proc"]
-    argv += ["--size", str(SHM_BYTES), "--perms", "1777", "--tmpfs", "/dev/shm"]
-    argv += ["--perms", "0755", "--dir", "/home"]
-    argv += ["--size", str(WORKDIR_BYTES), "--perms", "0777", "--tmpfs", WORKDIR]
+    argv += _allow_list(readonly, set())
     if fonts is not None:
         argv += ["--perms", "0777", "--dir", f"{WORKDIR}/.matplotlib"]
         argv += ["--ro-bind", str(fonts), f"{WORKDIR}/.matplotlib/{fonts.name}"]
