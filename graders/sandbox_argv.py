@@ -46,11 +46,17 @@ def kernel_side(name: str):
     return module
 
 
+def ipykernel_command(command: list[str]) -> bool:
+    """Whether `command` starts ipykernel as its launcher does (``PYTHON -m
+    ipykernel_launcher ... -f FILE``, what nbgrader's kernelspecs give)."""
+    return command[1:3] == ["-m", "ipykernel_launcher"] and "-f" in command
+
+
 def guarded(command: list[str]) -> list[str]:
     """A kernel's command (``python -m ipykernel_launcher ...``) started through
     graders/kernel/grading_guard.py, which seals the kernel's keyring first, where this
     machine's system calls are known; any other command as it is."""
-    if command[1:3] == ["-m", "ipykernel_launcher"] and kernel_side("grading_guard").supported():
+    if ipykernel_command(command) and kernel_side("grading_guard").supported():
         return [command[0], "-m", "grading_guard", *command[1:]]
     return command
 

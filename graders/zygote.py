@@ -6,7 +6,7 @@ interpreter, ipykernel, ``import torch``, torch._dynamo on the first optimizer s
 run's CPU. A root grader pays it once per grading process instead: `Zygote` starts a warm
 process (graders/kernel/grading_zygote.py) inside a sandbox of the kernels' own allow-list
 (graders/sandbox_argv.py, `zygote_argv`), and `SandboxKernelManager` (graders/sandbox.py)
-starts each kernel as a stub (graders/zygote_stub.py) that asks it for a fork. The forked
+starts each kernel as a stub (graders/kernel/zygote_stub.py) that asks it for a fork. The forked
 kernel gets, before its first cell, what bubblewrap gives a kernel started alone: its own
 namespaces, tmpfs folders, cgroups, rlimits, user and no capabilities (the warm process's
 docstring lists them); graders/sandbox.py's docstring says what a kernel sees.
@@ -44,6 +44,7 @@ from graders.sandbox_argv import (
     WORKDIR_BYTES,
     available,
     bound_under_tmp,
+    ipykernel_command,
     kernel_env,
     kernel_side,
     matplotlib_font_list,
@@ -73,10 +74,11 @@ class Zygote:
         lifeline, self._lifeline = os.pipe()
         keep = json.dumps(bound_under_tmp(list(readonly)))
         command = [sys.executable, "-m", "grading_zygote", str(listener.fileno()), str(lifeline)]
+        self.fonts = self._font_list()
         log = open(self.folder / "log", "ab")  # noqa: SIM115 - what set-up of a kernel failed
         try:
             self.process = subprocess.Popen(
-                zygote_argv([*command, keep], list(readonly), self.font_list()),
+                zygote_argv([*command, keep], list(readonly), self.fonts),
                 pass_fds=(listener.fileno(), lifeline),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -98,7 +100,7 @@ class Zygote:
             self.close()
             raise RuntimeError(said or f"it ended with status {self.process.wait()}")
 
-    def font_list(self) -> Path | None:
+    def _font_list(self) -> Path | None:
         """matplotlib's font list (graders/sandbox_argv.py, `matplotlib_font_list`), in this
         warm process's folder, read-only: the warm process reads it as it imports
         matplotlib, and each kernel gets it as a kernel started alone does."""
@@ -107,10 +109,9 @@ class Zygote:
             return None
         name, data = given
         fonts = self.folder / "fonts" / name
-        if not fonts.exists():
-            fonts.parent.mkdir(mode=0o755)
-            fonts.write_bytes(data)
-            fonts.chmod(0o444)
+        fonts.parent.mkdir(mode=0o755)
+        fonts.write_bytes(data)
+        fonts.chmod(0o444)
         return fonts
 
     def alive(self) -> bool:
@@ -128,10 +129,6 @@ class Zygote:
         shutil.rmtree(self.folder, ignore_errors=True)
         self._claim.close()
 
-    def _fonts(self) -> list[list[str]]:
-        fonts = self.font_list()
-        return [] if fonts is None else [[f".matplotlib/{fonts.name}", str(fonts)]]
-
     def command(
         self,
         private: Path,
@@ -141,7 +138,6 @@ class Zygote:
         env: dict[str, str],
         files: list[Path],
         groups: list[Path],
-        nproc: int = PROCESS_CAP,
     ) -> list[str]:
         """The stub's command line for one kernel (what nbgrader's kernel manager starts)."""
         request = {
@@ -154,10 +150,11 @@ class Zygote:
             "limits": {
                 "RLIMIT_AS": MEMORY_CAP_BYTES,
                 "RLIMIT_FSIZE": FILE_CAP_BYTES,
-                "RLIMIT_NPROC": nproc,
+                "RLIMIT_NPROC": PROCESS_CAP,  # a host user of its own: its count alone
                 "RLIMIT_CORE": 0,
             },
-            "file_paths": [[p.name, str(p)] for p in files] + self._fonts(),
+            "file_paths": [[p.name, str(p)] for p in files]
+            + ([[f".matplotlib/{self.fonts.name}", str(self.fonts)]] if self.fonts else []),
             "group_paths": [str(p) for p in groups],
         }
         stub = [sys.executable, "-I", "-S", str(STUB), self.socket, str(private)]
@@ -213,8 +210,7 @@ def usable(private: Path, command: list[str]) -> bool:
         and os.getuid() == 0
         and available() is None
         and Path("/tmp") in private.parents
-        and "ipykernel_launcher" in " ".join(command)
-        and "-f" in command
+        and ipykernel_command(command)
         and _mounts_travel() is None
     )
 

@@ -158,6 +158,13 @@ def _drop_privileges(uid: int) -> None:
         raise OSError("the user did not change")
 
 
+def _to_null(*fds: int) -> None:
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in fds:
+        os.dup2(null, fd)
+    os.close(null)
+
+
 def _set_limits(limits: dict) -> None:
     import resource
 
@@ -249,17 +256,11 @@ def _init(request: dict, fds: list[int]) -> None:
     kernel = os.fork()
     if kernel == 0:
         try:
-            null = os.open("/dev/null", os.O_RDWR)  # its words reach the grader as messages
-            for fd in (0, 1, 2):
-                os.dup2(null, fd)
-            os.close(null)
+            _to_null(0, 1, 2)  # its words reach the grader as messages
             _kernel(request)
         finally:
             os._exit(70)
-    null = os.open("/dev/null", os.O_RDWR)  # nothing of the host's left open here
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    os.close(null)
+    _to_null(0, 1, 2)  # nothing of the host's left open here
     _drop_privileges(uid)  # nothing left here worth a hand-in's while
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # a change of user cleared it
     while True:
@@ -324,9 +325,7 @@ def main() -> None:
         print(f"error: {type(error).__name__}: {error}", flush=True)
         os._exit(1)
     print("ready", flush=True)
-    null = os.open("/dev/null", os.O_RDWR)
-    os.dup2(null, 1)
-    os.close(null)
+    _to_null(1)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the children are reaped as they end
     events = selectors.DefaultSelector()
     events.register(listener, selectors.EVENT_READ)
