@@ -215,10 +215,21 @@ def usable(private: Path, command: list[str]) -> bool:
     )
 
 
+def _identity(folder: Path) -> tuple[int, int] | None:
+    try:
+        seen = folder.stat()
+    except OSError:
+        return None
+    return seen.st_dev, seen.st_ino
+
+
 def for_folders(readonly: list[Path]) -> Zygote | None:
     """This process's warm process for kernels that see `readonly`, started the first time;
     None where it cannot start (said once)."""
-    key = (os.getpid(), tuple(sorted(set(readonly))))
+    # a folder made or replaced since a warm process started is not what that one binds: its
+    # identity is in the key, so such a kernel gets a warm process that sees it as it is now
+    folders = tuple(sorted(set(readonly)))
+    key = (os.getpid(), folders, tuple(_identity(p) for p in folders))
     with _lock:
         zygote = _zygotes.get(key)
         if zygote is not None and zygote.alive():

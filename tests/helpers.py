@@ -295,7 +295,7 @@ def small_gradebook(root: Path, lab: str = "lab1", cells: dict[str, float] | Non
 # ---- kernels started as the grader starts them (tests/test_zygote.py, test_grading_guard.py)
 
 
-def sandbox_client(tmp_path, cells: list[str]) -> NotebookClient:
+def sandbox_client(tmp_path, cells: list[str], readonly: list[Path] = ()) -> NotebookClient:
     """A client for these cells, whose kernel is started as the grader starts it; the
     command that started it is kept as `client.started`."""
     from graders import sandbox
@@ -308,7 +308,7 @@ def sandbox_client(tmp_path, cells: list[str]) -> NotebookClient:
     class Manager(sandbox.SandboxKernelManager):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            self.sandbox = {"runtime": str(runtime)}
+            self.sandbox = {"runtime": str(runtime), "readonly": [str(p) for p in readonly]}
 
         async def _async_pre_start_kernel(self, **kw):
             argv, kw = await super()._async_pre_start_kernel(**kw)

@@ -10,6 +10,8 @@ were all forked from.
 * The grader's switch (COURSE_FORK_KERNELS=0) and a grader that is not root start every
   kernel alone in bubblewrap, as before.
 * The folder of a warm process whose grader was killed is removed by the next one made.
+* A read-only folder (the course's data) made or replaced after a warm process started is
+  seen by the next kernel as it is then, as a kernel started alone sees it.
 """
 
 from __future__ import annotations
@@ -170,3 +172,22 @@ def test_a_killed_graders_warm_process_folder_is_removed_by_the_next(tmp_path, m
     held.close()
     assert not abandoned.exists()
     assert live.is_dir() and unclaimed.is_dir() and (elsewhere / "claim").exists()
+
+
+def test_a_read_only_folder_replaced_after_the_warm_process_started_is_seen_as_it_is(tmp_path):
+    data = tmp_path / "data"  # a course's data root, prepared again between two kernels
+    data.mkdir()
+    (data / "version").write_text("one")
+    cell = f"print('SEEN', open('{data}/version').read())"
+    first = sandbox_client(tmp_path, [cell], readonly=[data])
+    first.execute()
+    fresh = tmp_path / "data.new"
+    fresh.mkdir()
+    (fresh / "version").write_text("two")
+    data.rename(tmp_path / "data.old")
+    fresh.rename(data)
+    second = sandbox_client(tmp_path, [cell], readonly=[data])
+    second.execute()
+    assert forked(first) and forked(second)
+    assert printed_line(first.nb.cells[0], "SEEN") == "one"
+    assert printed_line(second.nb.cells[0], "SEEN") == "two"
