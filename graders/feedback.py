@@ -16,9 +16,15 @@ reference's values or anything another notebook wrote.
 
 from __future__ import annotations
 
+import functools
+import json
+import re
+
 import nbformat
 from jinja2 import BytecodeCache
-from nbconvert.exporters import HTMLExporter
+from nbconvert.exporters import HTMLExporter, TemplateExporter
+from nbconvert.filters.highlight import Highlight2HTML
+from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 from nbgrader.preprocessors import ClearHiddenTests
 from nbgrader.utils import is_grade, is_solution
 
@@ -76,11 +82,81 @@ class _TemplateCode(BytecodeCache):
 TEMPLATE_CODE = _TemplateCode()
 
 
+# A code cell's highlighted HTML, by (source, language, the lexer's options): most cells of a
+# lab are the same in every hand-in (the released cells, the test cells), and Pygments took
+# about a quarter of a feedback page's time. Longer sources are highlighted every time.
+HIGHLIGHTS = 4096
+HIGHLIGHT_MAX_CHARS = 20_000
+
+
+@functools.lru_cache(maxsize=HIGHLIGHTS)
+def _highlighted(source: str, language: str, magics: str | None, options: str) -> str:
+    highlight = Highlight2HTML(pygments_lexer=language, extra_formatter_options=json.loads(options))
+    return highlight(source, metadata={"magics_language": magics} if magics else None)
+
+
+class _RememberedHighlight:
+    """nbconvert's highlight_code filter (`Highlight2HTML`), each result kept (HIGHLIGHTS)."""
+
+    def __init__(self, highlight: Highlight2HTML) -> None:
+        self._highlight = highlight
+        self._options = json.dumps(highlight.extra_formatter_options, sort_keys=True)
+
+    def __call__(self, source, language=None, metadata=None):
+        magics = (metadata or {}).get("magics_language")
+        if len(source) > HIGHLIGHT_MAX_CHARS or not isinstance(magics, (str, type(None))):
+            return self._highlight(source, language, metadata)
+        language = language or self._highlight.pygments_lexer
+        return _highlighted(source, language, magics, self._options)
+
+
+# What nbconvert's HTMLExporter changes after rendering, by parsing the whole page again with
+# BeautifulSoup (about half of a feedback page's time): an <img> without alt text gets one,
+# and JupyterLab's cell and output wrappers get a tabindex. The feedback template (nbgrader's,
+# on nbconvert's classic one) has no such wrapper, and its images carry alt text; a page that
+# may hold either (a student's own HTML) is made by nbconvert's exporter itself.
+_IMG = re.compile(r"<img\b[^>]*>", re.IGNORECASE)
+_ALT = re.compile(r"\salt\s*=", re.IGNORECASE)
+_LAB_WRAPPERS = ("jp-Cell-inputWrapper", "jp-OutputArea-output")
+
+
+def needs_nbconvert_pass(html: str) -> bool:
+    """Whether nbconvert's pass after rendering could change `html`."""
+    return any(name in html for name in _LAB_WRAPPERS) or any(
+        not _ALT.search(tag) for tag in _IMG.findall(html)
+    )
+
+
 class CachedHTMLExporter(HTMLExporter):
-    """nbconvert's HTMLExporter (generate_feedback's), its templates compiled once per
-    process (graders.task names it as ``GenerateFeedback.exporter_class``): the same page."""
+    """nbconvert's HTMLExporter (generate_feedback's; graders.task names it as
+    ``GenerateFeedback.exporter_class``), faster: its templates compiled once per process,
+    each code cell's highlighting remembered, and nbconvert's pass over the rendered page
+    (parse, add alt text and tabindex, write out again) made only where it could change the
+    page. The page is nbconvert's, up to how BeautifulSoup writes out the same elements
+    (tests/test_feedback.py)."""
 
     def _create_environment(self):
         environment = super()._create_environment()
         environment.bytecode_cache = TEMPLATE_CODE
         return environment
+
+    def from_notebook_node(self, nb, resources=None, **kw):
+        given = resources
+        # HTMLExporter.from_notebook_node, with the highlighting remembered and no soup
+        langinfo = nb.metadata.get("language_info", {})
+        lexer = langinfo.get("pygments_lexer", langinfo.get("name", None))
+        highlight = self.filters.get(
+            "highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self)
+        )
+        if isinstance(highlight, Highlight2HTML):
+            highlight = _RememberedHighlight(highlight)
+        resources = self._init_resources(resources)
+        data_type = WidgetsDataTypeFilter(
+            notebook_metadata=self._nb_metadata, parent=self, resources=resources
+        )
+        self.register_filter("highlight_code", highlight)
+        self.register_filter("filter_data_type", data_type)
+        html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
+        if needs_nbconvert_pass(html):
+            return super().from_notebook_node(nb, given, **kw)
+        return html, resources

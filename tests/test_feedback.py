@@ -3,8 +3,11 @@ judge's sentences, never a kernel's outputs or a hidden test."""
 
 from __future__ import annotations
 
+import copy
 import html
+import importlib
 import json
+from pathlib import Path
 
 import nbformat
 
@@ -66,10 +69,36 @@ def test_feedback_is_the_template_not_the_kernels_outputs():
     assert "HIDDEN CODE" not in json.dumps(nb)
 
 
-def test_the_cached_exporter_writes_the_same_page_and_compiles_once():
-    """graders.feedback.CachedHTMLExporter (a class run's generate_feedback): byte for byte
-    nbconvert's HTMLExporter's page, and a second exporter compiles no template."""
+def feedback_page(exporter_class, nb) -> str:
+    """The feedback page of `nb` as nbgrader's generate_feedback makes it (its template and
+    preprocessors), by `exporter_class`."""
+    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+    from traitlets.config import Config
+
+    formgrader = Path(importlib.import_module("nbgrader").__file__).parent / "server_extensions"
+    config = Config()
+    config.HTMLExporter.template_name = "feedback"
+    config.HTMLExporter.extra_template_basedirs = [str(formgrader / "formgrader" / "templates")]
+    css = formgrader / "formgrader" / "static" / "node_modules" / "bootstrap" / "dist" / "css"
+    config.HTMLExporter.extra_template_paths = [str(css)]
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade"):
+            cell.metadata.nbgrader.score = 0
+    resources = {"nbgrader": {"notebook": "lab", "score": 0, "max_score": 1, "late_penalty": 0}}
+    resources["config_dir"] = str(Path.home() / ".no-jupyter-config")  # no custom CSS
+    nb, resources = TemplateFeedback().preprocess(nb, resources)
+    nb, resources = CSSHTMLHeaderPreprocessor().preprocess(nb, resources)
+    return exporter_class(config=config).from_notebook_node(nb, resources)[0]
+
+
+def test_the_cached_exporter_writes_nbconverts_page_and_compiles_once():
+    """graders.feedback.CachedHTMLExporter (a class run's generate_feedback): nbconvert's
+    HTMLExporter's page (once BeautifulSoup has written out its elements, as nbconvert's own
+    last pass does), and a second exporter compiles no template. A page where that last pass
+    changes something (an image without alt text) is nbconvert's own, byte for byte."""
     import jinja2
+    from bs4 import BeautifulSoup
     from nbconvert.exporters import HTMLExporter
 
     from graders.feedback import CachedHTMLExporter
@@ -84,13 +113,20 @@ def test_the_cached_exporter_writes_the_same_page_and_compiles_once():
 
     jinja2.Environment.compile = counting
     try:
-        plain = HTMLExporter().from_notebook_node(nb)[0]
+        plain = feedback_page(HTMLExporter, nb)
         assert compiled  # nbconvert's own exporter compiles its templates every time
         compiled.clear()
-        first = CachedHTMLExporter().from_notebook_node(nb)[0]
+        first = feedback_page(CachedHTMLExporter, nb)
         compiled.clear()
-        second = CachedHTMLExporter().from_notebook_node(nb)[0]
+        second = feedback_page(CachedHTMLExporter, nb)
     finally:
         jinja2.Environment.compile = original
-    assert plain == first == second
     assert compiled == []
+    assert first == second
+    assert str(BeautifulSoup(first, features="html.parser")) == plain
+    assert '<span class="kn">import</span>' in first  # the code cells are highlighted
+
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell('A diagram: <IMG src="graph.png">'))
+    plain = feedback_page(HTMLExporter, nb)
+    assert feedback_page(CachedHTMLExporter, nb) == plain
+    assert 'alt="No description has been provided for this image"' in plain
