@@ -16,9 +16,9 @@ reference's values or anything another notebook wrote.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
+from collections import OrderedDict
 
 import nbformat
 from jinja2 import BytecodeCache
@@ -84,19 +84,40 @@ TEMPLATE_CODE = _TemplateCode()
 
 # A code cell's highlighted HTML, by (source, language, the lexer's options): most cells of a
 # lab are the same in every hand-in (the released cells, the test cells), and Pygments took
-# about a quarter of a feedback page's time. Longer sources are highlighted every time.
-HIGHLIGHTS = 4096
+# about a quarter of a feedback page's time. A result depends on its key alone, so what one
+# hand-in's cells put here is what another's identical cells would get anyway. At most
+# HIGHLIGHTS_MAX_CHARS held (the least recently used go first), whatever a class hands in;
+# a source over HIGHLIGHT_MAX_CHARS is highlighted every time.
+HIGHLIGHTS_MAX_CHARS = 32 * 2**20  # every released code cell of the course: about 5 MB
 HIGHLIGHT_MAX_CHARS = 20_000
 
 
-@functools.lru_cache(maxsize=HIGHLIGHTS)
-def _highlighted(source: str, language: str, magics: str | None, options: str) -> str:
-    highlight = Highlight2HTML(pygments_lexer=language, extra_formatter_options=json.loads(options))
-    return highlight(source, metadata={"magics_language": magics} if magics else None)
+class _Highlights:
+    """The kept results, least recently used first, and their size in characters."""
+
+    def __init__(self) -> None:
+        self.kept: OrderedDict[tuple, str] = OrderedDict()
+        self.chars = 0
+
+    def get(self, key: tuple, make) -> str:
+        html = self.kept.get(key)
+        if html is not None:
+            self.kept.move_to_end(key)
+            return html
+        html = make()
+        self.kept[key] = html
+        self.chars += len(key[0]) + len(html)
+        while self.chars > HIGHLIGHTS_MAX_CHARS and self.kept:
+            (source, *_), old = self.kept.popitem(last=False)
+            self.chars -= len(source) + len(old)
+        return html
+
+
+HIGHLIGHTS = _Highlights()
 
 
 class _RememberedHighlight:
-    """nbconvert's highlight_code filter (`Highlight2HTML`), each result kept (HIGHLIGHTS)."""
+    """nbconvert's highlight_code filter (`Highlight2HTML`), its results kept (HIGHLIGHTS)."""
 
     def __init__(self, highlight: Highlight2HTML) -> None:
         self._highlight = highlight
@@ -107,7 +128,8 @@ class _RememberedHighlight:
         if len(source) > HIGHLIGHT_MAX_CHARS or not isinstance(magics, (str, type(None))):
             return self._highlight(source, language, metadata)
         language = language or self._highlight.pygments_lexer
-        return _highlighted(source, language, magics, self._options)
+        key = (source, language, magics, self._options)
+        return HIGHLIGHTS.get(key, lambda: self._highlight(source, language, metadata))
 
 
 # What nbconvert's HTMLExporter changes after rendering, by parsing the whole page again with

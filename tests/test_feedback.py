@@ -130,3 +130,25 @@ def test_the_cached_exporter_writes_nbconverts_page_and_compiles_once():
     plain = feedback_page(HTMLExporter, nb)
     assert feedback_page(CachedHTMLExporter, nb) == plain
     assert 'alt="No description has been provided for this image"' in plain
+
+
+def test_the_kept_highlighting_is_capped_and_is_what_pygments_gives(monkeypatch):
+    """A class of long, all-different cells cannot make a grading worker keep more than the
+    cap; what is kept for a source is its own highlighting, and an over-long cell is not kept."""
+    from nbconvert.filters.highlight import Highlight2HTML
+
+    from graders import feedback
+
+    monkeypatch.setattr(feedback, "HIGHLIGHTS", feedback._Highlights())
+    monkeypatch.setattr(feedback, "HIGHLIGHTS_MAX_CHARS", 200_000)
+    plain = Highlight2HTML(pygments_lexer="ipython3")
+    kept = feedback._RememberedHighlight(Highlight2HTML(pygments_lexer="ipython3"))
+    sources = [f"x_{i} = {i}\n" + "y = [1, 2, 3]  # a comment\n" * 60 for i in range(60)]
+    for source in sources:
+        assert kept(source) == plain(source)
+        assert feedback.HIGHLIGHTS.chars <= 200_000
+    assert 0 < len(feedback.HIGHLIGHTS.kept) < len(sources)
+    assert kept(sources[-1]) == plain(sources[-1])  # kept, and still its own
+    before = len(feedback.HIGHLIGHTS.kept)
+    assert kept("z = 1\n" * 5_000) == plain("z = 1\n" * 5_000)
+    assert len(feedback.HIGHLIGHTS.kept) == before  # over HIGHLIGHT_MAX_CHARS: not kept
