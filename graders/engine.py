@@ -81,7 +81,9 @@ PRELOAD = ["graders.warm"]
 class LocalCluster:
     """A local Dask cluster, started in a thread of its own as soon as it is made: one worker
     process per core (one thread each: a worker grades one hand-in at a time), no memory
-    limit (the kernels have their own caps, graders/sandbox.py), Dask's profiler off. Whoever
+    limit (the kernels have their own caps, graders/sandbox.py), Dask's profiler off, and
+    Dask's own log quiet below CRITICAL (a worker whose scheduler closes first logs a traceback;
+    what went wrong with a hand-in reaches the instructor as its result). Whoever
     made it goes on meanwhile; `client()` waits for it, `ready()` says whether it is up,
     `close()` ends it in the background (join the thread it returns to wait)."""
 
@@ -108,7 +110,7 @@ class LocalCluster:
                     processes=True,
                     memory_limit=0,
                     dashboard_address=":0",
-                    silence_logs=logging.ERROR,
+                    silence_logs=logging.CRITICAL,
                     preload=PRELOAD,
                 )
             self._made = (cluster, Client(cluster))
