@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections import OrderedDict
 
 import nbformat
@@ -93,23 +94,28 @@ HIGHLIGHT_MAX_CHARS = 20_000
 
 
 class _Highlights:
-    """The kept results, least recently used first, and their size in characters."""
+    """The kept results, least recently used first, and their size in characters (one lock:
+    the formgrader may make two pages at once)."""
 
     def __init__(self) -> None:
         self.kept: OrderedDict[tuple, str] = OrderedDict()
         self.chars = 0
+        self._lock = threading.Lock()
 
     def get(self, key: tuple, make) -> str:
-        html = self.kept.get(key)
-        if html is not None:
-            self.kept.move_to_end(key)
-            return html
+        with self._lock:
+            html = self.kept.get(key)
+            if html is not None:
+                self.kept.move_to_end(key)
+                return html
         html = make()
-        self.kept[key] = html
-        self.chars += len(key[0]) + len(html)
-        while self.chars > HIGHLIGHTS_MAX_CHARS and self.kept:
-            (source, *_), old = self.kept.popitem(last=False)
-            self.chars -= len(source) + len(old)
+        with self._lock:
+            if key not in self.kept:
+                self.kept[key] = html
+                self.chars += len(key[0]) + len(html)
+            while self.chars > HIGHLIGHTS_MAX_CHARS and self.kept:
+                (source, *_), old = self.kept.popitem(last=False)
+                self.chars -= len(source) + len(old)
         return html
 
 
