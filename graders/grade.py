@@ -10,11 +10,13 @@ nbgrader does the grading; this module is the path a hand-in takes around it:
    generate_feedback in a scratch course of its own, under a neutral student id, its kernel
    in the sandbox (graders/sandbox.py) and its test cells judged outside the kernel
    (graders/judge.py); a task gets everything as bytes and gives back data;
-3. **engine** (graders/engine.py): the tasks run on Dask, a local cluster by default or an
-   existing one. The local cluster starts in the background right after intake, while the
-   references, the data and the labs-only gradebook are made, and this process grades the
-   shortest hand-ins itself until the cluster is up (so the first kernel starts at once);
-   one hand-in alone (a regrade) is graded here, with no cluster;
+3. **dispatch** (graders/dispatch.py, graders/engine.py): the tasks run on Dask, a local
+   cluster by default or an existing one. The local cluster starts in the background right
+   after intake, while the references, the data and the labs-only gradebook are made (the
+   inputs every task shares, graders/inputs.py, which also says what a resumed run skips),
+   and this process grades the shortest hand-ins itself until the cluster is up (so the
+   first kernel starts at once); one hand-in alone (a regrade) is graded here, with no
+   cluster;
 4. **merge** (graders/merge.py): each result goes into the one gradebook, under the real
    name, as it arrives, one at a time; the graded notebook and feedback page are written
    from its bytes; a line per hand-in goes to grading-log.jsonl (graders/gradelog.py);
@@ -35,17 +37,14 @@ running it again.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
+import functools
 import os
 import sys
 import tempfile
-import threading
 import time
-from collections import deque
 from pathlib import Path
 
-from graders import engine, gradebook, gradelog, intake, merge, references, sandbox_host
+from graders import dispatch, engine, gradebook, gradelog, inputs, intake, merge, sandbox_host
 from graders.build_reference import prepare_references
 from graders.class_run import (
     TIMINGS,
@@ -62,73 +61,7 @@ from graders.gradelog import LogEntry
 from graders.intake import HandIn, Problem
 from graders.sandbox_argv import available
 from graders.task import assignments_only
-from graders.wire import Course, Job, Result
-
-
-def _sha(data: bytes | str) -> str:
-    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
-
-
-def course_inputs(root: Path, labs: list[str], labs_only: Path) -> Course:
-    """What every task of the class shares, as data (no shared file system is assumed)."""
-    where = references.folder(root)
-    observed = {lab: references.observations(references.path(where, lab)) for lab in labs}
-    timings = {lab: _timing(references.path(where, lab)) for lab in labs}
-    releases, files = {}, {}
-    for lab in labs:
-        folder = root / "labs" / lab
-        releases[lab] = (folder / f"{lab}.ipynb").read_text(encoding="utf-8")
-        files[lab] = {
-            p.name: p.read_bytes()
-            for p in sorted(folder.iterdir())
-            if p.is_file() and not p.is_symlink() and p.suffix != ".ipynb"
-        }
-    return Course(
-        config=(REPO / "nbgrader_config.py").read_text(),
-        gradebook=labs_only.read_bytes(),
-        references=observed,
-        releases=releases,
-        files=files,
-        timings=timings,
-    )
-
-
-def _timing(file: Path) -> dict:
-    """The solution's times in a reference file, as its task's copy keeps them (the per-lab
-    time budgets, graders/budgets.py); {} where it has none (flat limits)."""
-    timed = references.timing(file)
-    if timed is None:
-        return {}
-    return {"version": references.VERSION, "cells": timed[0], "seconds": timed[1]}
-
-
-def longest_first(hand_ins: list[HandIn], root: Path) -> list[HandIn]:
-    """The hand-ins in the order to grade them: the labs whose solution took longest to run
-    (`make build` timed it, build/reference/<lab>.json) first, so that a class run does not
-    end on one long notebook while the other workers wait; otherwise as found."""
-    where = references.folder(root)  # a lab timed by no build yet: 0, in the order found
-    seconds = {
-        lab: references.seconds(references.path(where, lab)) for lab in {h.lab for h in hand_ins}
-    }
-    return sorted(hand_ins, key=lambda h: -seconds[h.lab])
-
-
-def hand_in_key(hand_in: HandIn, course: Course) -> str:
-    """What a grade depends on: the notebook, the release and the reference records."""
-    lab = hand_in.lab
-    made_of = [hand_in.notebook, hand_in.timestamp or "", course["releases"][lab]]
-    made_of.append(json.dumps(course["references"][lab], sort_keys=True))
-    return _sha("\n".join(_sha(part) for part in made_of))
-
-
-def already_graded(root: Path, labs: list[str]) -> set[tuple[str, str]]:
-    with gradebook.opened(gradebook.of(root)) as gb:
-        return {
-            (sub.student.id, assignment.name)
-            for assignment in gb.assignments
-            if assignment.name in labs
-            for sub in assignment.submissions
-        }
+from graders.wire import Job, Result
 
 
 def _intake(root: Path, labs: list[str], students: list[str] | None, run: ClassRun) -> list[HandIn]:
@@ -157,17 +90,6 @@ def _intake(root: Path, labs: list[str], students: list[str] | None, run: ClassR
     return hand_ins
 
 
-def _not_graded_yet(
-    root: Path, hand_ins: list[HandIn], keys: dict, labs: list[str]
-) -> list[HandIn]:
-    """The hand-ins not graded yet from the same inputs (their key in the log, their
-    submission in the gradebook): what a resumed run grades."""
-    log = gradelog.latest(gradelog.read(root)[0])
-    in_book = already_graded(root, labs)
-    done = {k for k, key in keys.items() if k in in_book and log.get(k, {}).get("key") == key}
-    return [h for h in hand_ins if (h.student, h.lab) not in done]
-
-
 def _jobs(hand_ins: list[HandIn], cell_timeout, budget_s: float | None, feedback: bool):
     """(hand-in, Job) for each hand-in, made as the engine asks for the next one."""
     for h in hand_ins:
@@ -180,163 +102,6 @@ def _jobs(hand_ins: list[HandIn], cell_timeout, budget_s: float | None, feedback
             feedback=feedback,
         )
         yield h, job
-
-
-SPAWN_WAIT_S = 30  # past this, the local cluster's workers are awaited without grading here
-JUPYTER_VARIABLES = ("JUPYTER_PATH", "JUPYTER_RUNTIME_DIR")  # graders.task sets them per task
-
-
-def grade_here(course: Course, job: Job) -> Result:
-    """One grading task in this process, as a worker runs it (graders.task.run: its kernel in
-    the sandbox, everything as data), leaving this process's environment as it was."""
-    from graders import task
-
-    saved = {name: os.environ.get(name) for name in JUPYTER_VARIABLES}
-    try:
-        return task.run(course, job)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-class _Queue:
-    """The hand-ins left to grade, taken from either end by two lanes at once: the engine
-    takes the longest first, this process (while the local cluster starts) the shortest."""
-
-    def __init__(self, jobs) -> None:
-        self._jobs = deque(jobs)
-        self._lock = threading.Lock()
-
-    def first(self):
-        while True:
-            with self._lock:
-                if not self._jobs:
-                    return
-                item = self._jobs.popleft()
-            yield item
-
-    def last(self):
-        with self._lock:
-            return self._jobs.pop() if self._jobs else None
-
-
-def _run_tasks(root, scheduler, workers, course, jobs, keys, run, total, say, local=None):
-    """Grade `jobs` on the engine, merging each result as it arrives; an interrupted or lost
-    engine ends the run with what was merged so far (`run.interrupted` says why).
-
-    Without a scheduler, the local cluster (`local`, started by the caller as early as it
-    could, else here) comes up while this process grades the shortest hand-ins itself, one at
-    a time, until the cluster is ready: the first kernel starts at once, and one hand-in
-    alone is graded here with no cluster at all. Returns the thread that ends the local
-    cluster (join it), or None."""
-    start = time.monotonic()
-    merging = threading.Lock()  # one result merged at a time, whichever lane it came from
-    closed = threading.Event()  # the run is over: a late result is not merged
-
-    def arrived(hand_in: HandIn, result: Result, submitted: float) -> None:
-        timings = result.setdefault("timings", {})
-        if "started_at" in timings:
-            timings["queue"] = max(0.0, timings.pop("started_at") - submitted)
-        kernel_up = timings.pop("kernel_up_at", None)
-        timings["intake"] = timings.get("intake", 0.0) + hand_in.intake_s
-        with merging:
-            if closed.is_set():
-                return
-            if kernel_up is not None:
-                after = max(0.0, kernel_up - run.started_at)
-                run.first_kernel_s = min(run.first_kernel_s or after, after)
-            _merge_one(root, hand_in, result, run, keys[(hand_in.student, hand_in.lab)])
-            run.graded += 1
-            elapsed = time.monotonic() - start
-            eta = elapsed / run.graded * (total - run.graded)
-            say(f"  [{run.graded}/{total}] {hand_in.student}/{hand_in.lab}  "
-                f"{elapsed:.0f}s, ETA {eta:.0f}s")  # fmt: skip
-
-    def here(item) -> None:
-        hand_in, job = item
-        arrived(hand_in, grade_here(course, job), time.time())
-
-    queue = _Queue(jobs)
-    lane = None
-    try:
-        if scheduler and total:
-            with engine.client(scheduler, workers) as connected:
-                _engine_lane(connected, course, queue, arrived, run, say)
-        elif total:
-            if local is None and total > 1:
-                local = engine.LocalCluster(cluster_size(workers, total))
-
-            def shortest_while_starting() -> None:
-                if not local.wait_spawned(timeout=SPAWN_WAIT_S):
-                    return
-                while not closed.is_set() and not local.ready():
-                    item = queue.last()
-                    if item is None:
-                        return
-                    here(item)
-
-            if local is not None:
-                lane = threading.Thread(target=shortest_while_starting, daemon=True)
-                lane.start()
-                try:
-                    connected = local.client()
-                except OSError as error:  # grade the rest here, one at a time
-                    say(f"note: {error}; grading here, one hand-in at a time")
-                    connected = None
-                if connected is not None:
-                    _engine_lane(connected, course, queue, arrived, run, say)
-                lane.join()
-            for item in iter(queue.last, None):  # alone, or the cluster did not start
-                here(item)
-    except KeyboardInterrupt:
-        run.interrupted = "interrupted"
-    except OSError as error:  # the scheduler could not be reached, or was lost
-        run.interrupted = f"lost the grading engine ({error})"
-    with merging:
-        closed.set()
-    if run.interrupted:
-        say(f"{run.interrupted} after {run.graded} of {total} hand-in(s): what was graded "
-            "is in the gradebook; run the same command again to grade the rest")  # fmt: skip
-    return local.close() if local is not None else None
-
-
-def _engine_lane(connected, course, queue, arrived, run, say) -> None:
-    run.dashboard = connected.dashboard_link
-    say(f"Dask dashboard: {run.dashboard}")
-    window = 2 * max(1, len(connected.scheduler_info().get("workers", {}))) + 2
-    engine.run_all(connected, course, queue.first(), arrived, window)
-
-
-def cluster_size(workers: int, hand_ins: int) -> int:
-    """Workers of the local cluster for `hand_ins`: at most `workers`, and no more than the
-    hand-ins left once this process has graded the first one while the cluster starts."""
-    return max(1, min(workers, hand_ins - 1))
-
-
-def _expected(root: Path, hand_ins: list[HandIn], labs: list[str], force: bool) -> int:
-    """How many hand-ins this run will likely grade, known before the references are checked
-    (from the reference files as they are): the size of the local cluster to start at once.
-    A guess only; the run grades what the checked references say."""
-    if force:
-        return len(hand_ins)
-    try:
-        where = references.folder(root)
-        course = {
-            "releases": {
-                lab: (root / "labs" / lab / f"{lab}.ipynb").read_text(encoding="utf-8")
-                for lab in labs
-            },
-            "references": {
-                lab: references.observations(references.path(where, lab)) for lab in labs
-            },
-        }
-        keys = {(h.student, h.lab): hand_in_key(h, course) for h in hand_ins}
-        return len(_not_graded_yet(root, hand_ins, keys, labs))
-    except Exception:  # noqa: BLE001 - missing or damaged: the references step remakes them
-        return len(hand_ins)
 
 
 def grade_class(
@@ -357,49 +122,40 @@ def grade_class(
     run = ClassRun(started_at=time.time())
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     start = time.monotonic()
-    book = gradebook.of(root)
-    if not book.is_file():
-        raise SystemExit(f"{book} is missing: run `make build` first.")
-    scheduler = (
-        engine.configured_scheduler(REPO / "nbgrader_config.py") if scheduler is None else scheduler
-    )
-    why_not = available()
-    if why_not and not scheduler:
-        raise SystemExit(f"cannot grade safely: {why_not}")
-    for missing in sandbox_host.protections_missing() if not scheduler else []:
-        say(f"note: {missing}")
+    book, scheduler = _where_to_grade(root, scheduler, say)
     hand_ins = _intake(root, labs, students, run)
     labs_graded = sorted({h.lab for h in hand_ins})
     local = None
-    expected = 0 if scheduler else _expected(root, hand_ins, labs_graded, force)
+    expected = 0 if scheduler else inputs.expected_count(root, hand_ins, labs_graded, force)
     if expected > 1:  # it starts while the data, the references and the gradebook are made
-        local = engine.LocalCluster(cluster_size(workers, expected))
+        local = engine.LocalCluster(dispatch.cluster_size(workers, expected))
     ending = None
     try:
         os.environ.update(prepare_data(labs_graded))
         prepare_references(root, labs_graded, workers)
         with tempfile.TemporaryDirectory(prefix="grading-") as tmp:  # nothing in the course
             labs_only = assignments_only(book, Path(tmp) / "labs.db")
-            course = course_inputs(root, labs_graded, labs_only)
-        keys = {(h.student, h.lab): hand_in_key(h, course) for h in hand_ins}
+            course = inputs.course_inputs(root, labs_graded, labs_only)
+        keys = {(h.student, h.lab): inputs.hand_in_key(h, course) for h in hand_ins}
         if not force:  # resume: what was graded from the same inputs stays as it is
-            left = _not_graded_yet(root, hand_ins, keys, labs_graded)
+            left = inputs.not_graded_yet(root, hand_ins, keys, labs_graded)
             run.skipped = len(hand_ins) - len(left)
             hand_ins = left
-        hand_ins = longest_first(hand_ins, root)
+        hand_ins = inputs.longest_first(hand_ins, root)
         total = len(hand_ins)
         skipped = f" ({run.skipped} already graded from the same notebook)" if run.skipped else ""
         where = scheduler or (
-            f"a local Dask cluster of {cluster_size(workers, total)} worker(s) and here"
+            f"a local Dask cluster of {dispatch.cluster_size(workers, total)} worker(s) and here"
             if total > 1
             else "here"
         )
         say(f"grading {total} hand-in(s) on {where}{skipped}")
         jobs = _jobs(hand_ins, cell_timeout, budget_s, feedback)
+        merge_one = functools.partial(_merge_one, root, run, keys)
         if total < 2 and local is not None:  # a guess too high: nothing for a cluster to do
             ending, local = local.close(), None
         ending = (
-            _run_tasks(root, scheduler, workers, course, jobs, keys, run, total, say, local)
+            dispatch.run_tasks(scheduler, workers, course, jobs, merge_one, run, total, say, local)
             or ending
         )
         local = None
@@ -419,9 +175,27 @@ def grade_class(
     return run
 
 
-def _merge_one(root: Path, hand_in: HandIn, result: Result, run: ClassRun, key: str) -> None:
+def _where_to_grade(root: Path, scheduler: str | None, say) -> tuple[Path, str | None]:
+    """The course's gradebook and the scheduler to grade on (None: a local cluster), once it
+    is known the class can be graded there safely; else SystemExit with the reason."""
+    book = gradebook.of(root)
+    if not book.is_file():
+        raise SystemExit(f"{book} is missing: run `make build` first.")
+    scheduler = (
+        engine.configured_scheduler(REPO / "nbgrader_config.py") if scheduler is None else scheduler
+    )
+    why_not = available()
+    if why_not and not scheduler:
+        raise SystemExit(f"cannot grade safely: {why_not}")
+    for missing in sandbox_host.protections_missing() if not scheduler else []:
+        say(f"note: {missing}")
+    return book, scheduler
+
+
+def _merge_one(root: Path, run: ClassRun, keys: dict, hand_in: HandIn, result: Result) -> None:
     """Merge one task's result; any failure costs this hand-in only (0, and a reason)."""
     item = (hand_in.student, hand_in.lab)
+    key = keys[item]
     run.timings[item] = result.get("timings", {})
     mark = time.monotonic()
     try:

@@ -21,7 +21,7 @@ GRADING_LOG = "grading-log.jsonl"
 class LogEntry(TypedDict):
     student: str
     lab: str
-    key: str | None  # graders.grade.hand_in_key of what was graded; None: never graded
+    key: str | None  # graders.inputs.hand_in_key of what was graded; None: never graded
     graded_at: str  # %Y-%m-%dT%H:%M:%S%z
     ok: bool
     timings: dict[str, float]  # seconds, by phase (graders.grade.PHASES, total, ...)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import nbformat
 
-from graders import gradebook, references, sandbox, sandbox_host, wire
+from graders import gradebook, references, sandbox_host, sandbox_kernel, wire
 from graders.sandbox_argv import KERNEL_THREADS
 from graders.verdict import VERDICT
 from graders.wire import Course, LocalJob, Result, Scores
@@ -273,10 +273,10 @@ def _scratch_course(scratch: Path, job: LocalJob) -> tuple[dict, Path]:
     runtime = scratch / "runtime"
     runtime.mkdir()
     runtime.chmod(0o711)
-    sandbox.write_kernelspec(scratch / "jupyter")
+    sandbox_kernel.write_kernelspec(scratch / "jupyter")
     events, timings = runtime / "events.jsonl", scratch / "timings.jsonl"
     data = job.get("data_root")
-    settings = sandbox.Settings(
+    settings = sandbox_kernel.Settings(
         runtime=str(runtime),
         readonly=[data] if data else [],
         files=job.get("files", []),

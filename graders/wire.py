@@ -2,7 +2,7 @@
 (graders.task), on whichever machine the engine (graders.engine) runs it: plain data only,
 since a task shares no file system with the instructor.
 
-* `Course`: what every task of a class run shares (graders.grade.course_inputs makes it);
+* `Course`: what every task of a class run shares (graders.inputs.course_inputs makes it);
 * `Job`: one hand-in (graders.grade makes it; graders.task.run adds `LocalJob`'s paths);
 * `Result`: what a task gives back (graders.task.grade), merged by graders.merge;
 * the task's timings file: the seconds the sandbox and the judge measured inside nbgrader,

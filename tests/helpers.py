@@ -298,14 +298,14 @@ def small_gradebook(root: Path, lab: str = "lab1", cells: dict[str, float] | Non
 def sandbox_client(tmp_path, cells: list[str], readonly: list[Path] = ()) -> NotebookClient:
     """A client for these cells, whose kernel is started as the grader starts it; the
     command that started it is kept as `client.started`."""
-    from graders import sandbox
+    from graders import sandbox_kernel
 
     nb = new_notebook(cells=[new_code_cell(code) for code in cells])
     runtime = tmp_path / f"runtime-{secrets.token_hex(2)}"
     runtime.mkdir()
     started = []
 
-    class Manager(sandbox.SandboxKernelManager):
+    class Manager(sandbox_kernel.SandboxKernelManager):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.sandbox = {"runtime": str(runtime), "readonly": [str(p) for p in readonly]}

@@ -14,7 +14,7 @@ import pytest
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
-from graders import sandbox, sandbox_argv
+from graders import sandbox, sandbox_argv, sandbox_kernel
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -45,7 +45,7 @@ def run_in_sandbox(source: str, tmp_path: Path) -> tuple[str, str]:
         nb,
         timeout=120,
         allow_errors=True,
-        kernel_manager_class=sandbox.SandboxKernelManager,
+        kernel_manager_class=sandbox_kernel.SandboxKernelManager,
         resources={"metadata": {"path": str(tmp_path)}},
     )
     client.execute()
@@ -60,7 +60,7 @@ def run_in_sandbox(source: str, tmp_path: Path) -> tuple[str, str]:
 
 @pytest.mark.skipif(sandbox.available() is not None, reason="needs bubblewrap")
 def test_the_kernel_reads_the_graders_font_list_and_cannot_change_it(tmp_path, monkeypatch):
-    given = sandbox.matplotlib_font_list()
+    given = sandbox_argv.matplotlib_font_list()
     assert given is not None, "this machine's font list names only fonts the kernel sees"
     name, data = given
     import matplotlib

@@ -28,13 +28,13 @@ import json, os, sys
 from pathlib import Path
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
-from graders import sandbox
+from graders import sandbox_kernel
 jupyter = Path(sys.argv[1])
-sandbox.write_kernelspec(jupyter)
+sandbox_kernel.write_kernelspec(jupyter)
 os.environ["JUPYTER_PATH"] = str(jupyter)
 nb = new_notebook(cells=[new_code_cell("import sys\\nprint('ran', 6 * 7, sys.prefix)")])
 client = NotebookClient(nb, timeout=60, allow_errors=True, kernel_name="python3",
-                        kernel_manager_class=sandbox.SandboxKernelManager)
+                        kernel_manager_class=sandbox_kernel.SandboxKernelManager)
 try:
     client.execute()
     out = "".join(o.get("text", "") for o in nb.cells[0].outputs)

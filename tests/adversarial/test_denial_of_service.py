@@ -23,7 +23,7 @@ from hostile_class import (
     write_notebook,
 )
 
-from graders import budgets, references, sandbox
+from graders import budgets, references, sandbox_kernel
 from graders.grade import grade_class
 
 
@@ -116,12 +116,12 @@ def test_a_kernel_that_hangs_is_killed_after_the_budget(tmp_path, monkeypatch):
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_core.utils import run_sync
 
-    monkeypatch.setattr(sandbox, "KILL_GRACE_S", 0)
-    sandbox.write_kernelspec(tmp_path / "jupyter")
+    monkeypatch.setattr(sandbox_kernel, "KILL_GRACE_S", 0)
+    sandbox_kernel.write_kernelspec(tmp_path / "jupyter")
     (tmp_path / "runtime").mkdir()
     events = tmp_path / "runtime" / "events.jsonl"
     settings = {"runtime": str(tmp_path / "runtime"), "budget_s": 2, "events": str(events)}
-    km = sandbox.SandboxKernelManager(
+    km = sandbox_kernel.SandboxKernelManager(
         kernel_name="python3",
         kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(tmp_path / "jupyter" / "kernels")]),
         sandbox=settings,

@@ -19,7 +19,7 @@ import pytest
 import torch
 from helpers import complete_notebook, errors
 
-from graders import sandbox, sandbox_argv
+from graders import sandbox, sandbox_argv, sandbox_kernel
 from graders.build import source_notebook
 from graders.course import LABS, REPO, SOLUTIONS
 
@@ -196,10 +196,10 @@ def execute_outside(nb, workdir: Path, scratch: Path) -> None:
 
     scratch.mkdir(parents=True)
     (scratch / "runtime").mkdir()
-    sandbox.write_kernelspec(scratch / "jupyter")
+    sandbox_kernel.write_kernelspec(scratch / "jupyter")
     specs = KernelSpecManager(kernel_dirs=[str(scratch / "jupyter" / "kernels")])
     files = [str(p) for p in workdir.iterdir() if p.suffix != ".ipynb"]
-    km = sandbox.SandboxKernelManager(
+    km = sandbox_kernel.SandboxKernelManager(
         kernel_name="python3",
         kernel_spec_manager=specs,
         sandbox={
