@@ -13,7 +13,9 @@ graders/build_reference.py beside this module), so that grading a class only rea
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import shutil
 import sys
 import time
@@ -24,7 +26,7 @@ import nbformat
 
 from graders import colab, gradebook
 from graders.course import LABS, REPO, SOLUTIONS, lab_source, unknown_labs
-from graders.nbgrader_cli import nbgrader
+from graders.nbgrader_cli import make_api_factory, nbgrader_env
 
 NBGRADER_SCHEMA = 3
 SHORT_KEYS = {"grade_id", "solution", "grade", "points", "locked", "task"}
@@ -148,6 +150,21 @@ def write_sources(root: Path, labs: list[str]) -> None:
         nbformat.write(source_notebook(lab), out)
 
 
+@contextlib.contextmanager
+def _path_has_this_python():
+    """PATH with this Python's scripts first while nbgrader runs: it calls its `alembic` by
+    name when it makes a gradebook."""
+    saved = os.environ.get("PATH")
+    os.environ["PATH"] = nbgrader_env()["PATH"]
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = saved
+
+
 def build(root: Path = REPO, labs: list[str] | None = None, release: Path | None = None) -> Path:
     """Write the source notebooks under root/build/source and the release under `release`.
 
@@ -157,16 +174,15 @@ def build(root: Path = REPO, labs: list[str] | None = None, release: Path | None
     labs = labs or LABS
     release = release or root / "labs"
     write_sources(root, labs)
+    # nbgrader's generate_assignment, in this process: its command line would import
+    # nbgrader again for each lab (seconds each; a third of them jsonschema's IRI grammars)
+    changes = {"CourseDirectory": {"release_directory": str(release)}}
+    api = make_api_factory(REPO / "nbgrader_config.py")(str(root), changes)
     for lab in labs:
-        result = nbgrader(
-            "generate_assignment",
-            lab,
-            "--force",
-            f"--CourseDirectory.release_directory={release}",
-            root=root,
-        )
-        if result.returncode != 0:
-            log = result.stdout + result.stderr
+        with _path_has_this_python():
+            result = api.generate_assignment(lab, force=True)
+        if not result.get("success"):
+            log = (result.get("log") or "") + (result.get("error") or "")
             if "because there are submissions associated with it" in log:
                 raise SystemExit(
                     f"make build: {lab} adds or removes graded cells, and {gradebook.of(root)}"

@@ -1,8 +1,10 @@
-"""Running nbgrader's own command line on the course (build, export), configured by the
-course's nbgrader_config.py."""
+"""Running nbgrader on a course, configured by the course's nbgrader_config.py: its own
+command line (export, the tests' commands), or its Python API in this process (the build's
+generate_assignment, a grading task's autograde and generate_feedback)."""
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -27,3 +29,21 @@ def nbgrader(
     return subprocess.run(
         cmd, cwd=REPO, env=nbgrader_env(env), capture_output=True, text=True, timeout=timeout
     )
+
+
+def make_api_factory(config_file: Path):
+    """`api_for(root, changes)`: nbgrader's Python API on the course in `root`, configured by
+    the course's nbgrader_config.py (loaded once) plus `changes`."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import Config, PyFileConfigLoader
+
+    base = PyFileConfigLoader(config_file.name, path=str(config_file.parent)).load_config()
+
+    def api_for(root: str, changes: dict):
+        config = copy.deepcopy(base)
+        config.merge(Config(changes))
+        config.CourseDirectory.root = root
+        return NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+
+    return api_for

@@ -30,6 +30,7 @@ from pathlib import Path
 import nbformat
 
 from graders import gradebook, references, sandbox_host, sandbox_kernel, wire
+from graders.nbgrader_cli import make_api_factory
 from graders.sandbox_argv import KERNEL_THREADS
 from graders.verdict import VERDICT
 from graders.wire import Course, LocalJob, Result, Scores
@@ -369,21 +370,3 @@ def grade(api_for, job: LocalJob) -> Result:
     finally:
         timings["total"] = time.monotonic() - started
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def make_api_factory(config_file: Path):
-    """`api_for(root, changes)`: nbgrader's Python API on the course in `root`, configured by
-    the course's nbgrader_config.py (loaded once) plus `changes`."""
-    from nbgrader.apps import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
-    from traitlets.config.loader import Config, PyFileConfigLoader
-
-    base = PyFileConfigLoader(config_file.name, path=str(config_file.parent)).load_config()
-
-    def api_for(root: str, changes: dict):
-        config = copy.deepcopy(base)
-        config.merge(Config(changes))
-        config.CourseDirectory.root = root
-        return NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
-
-    return api_for

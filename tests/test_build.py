@@ -201,6 +201,30 @@ def test_inserting_a_cell_renames_only_its_neighbours(tmp_path):
     assert ids[1] == ["top--1", "top--2", "answer", "answer--1", "answer--2"]
 
 
+def test_changing_the_graded_cells_of_a_graded_lab_is_refused_in_plain_words(tmp_path, monkeypatch):
+    """nbgrader keeps a lab's graded cells fixed once it has hand-ins: the build says so and
+    what to do, not nbgrader's traceback."""
+    import graders.build
+    from graders import gradebook
+
+    source = tmp_path / "labx.py"
+    monkeypatch.setattr(graders.build, "lab_source", lambda lab: source)
+    source.write_text(GOOD_CELLS)
+    graders.build.build(root=tmp_path, labs=["labx"], release=tmp_path / "labs")
+    assert (tmp_path / "labs" / "labx" / "labx.ipynb").is_file()
+    with gradebook.opened(gradebook.of(tmp_path)) as gb:
+        gb.add_student("someone")
+        gb.add_submission("labx", "someone")
+    source.write_text(
+        GOOD_CELLS + '\n# %% nbgrader={"grade": true, "grade_id": "check", "points": 1}\nassert x\n'
+    )
+    with pytest.raises(SystemExit) as refused:
+        graders.build.build(root=tmp_path, labs=["labx"], release=tmp_path / "labs")
+    said = str(refused.value)
+    assert "labx adds or removes graded cells" in said and "make clean" in said, said
+    assert "Traceback" not in said
+
+
 def test_make_build_reports_a_bad_lab_in_one_line(capsys):
     assert main(["lab99", "--no-reference"]) == 2
     err = capsys.readouterr().err
