@@ -145,15 +145,15 @@ def test_a_hand_in_that_loops_is_stopped_at_its_cells_budget_and_graded_up_to_th
 
 
 def test_a_hand_in_that_adds_many_cells_cannot_multiply_its_budget(tmp_path):
-    """Sixty cells the solution does not have, each within the lab's largest cell budget
-    (4 s of 5): together they still stop at the notebook's budget (40 s, not 240 s), which
+    """Forty cells the solution does not have, each within the lab's largest cell budget
+    (1 s of 2): together they still stop at the notebook's budget (10 s, not 40 s), which
     no added cell raises."""
     solution = new_notebook(cells=[new_code_cell("x = 1", id="setup")])
     timed_reference(tmp_path / "ref", "labx", solution, 0.1)
     hand_in = copy_nb(solution)
-    hand_in.cells += [new_code_cell("import time\ntime.sleep(4)") for _ in range(60)]
+    hand_in.cells += [new_code_cell("import time\ntime.sleep(1)") for _ in range(40)]
     step, runtime = budgeted_step(
-        tmp_path, budget_floor_s=5, budget_first_cell_floor_s=20, budget_notebook_floor_s=40
+        tmp_path, budget_floor_s=2, budget_first_cell_floor_s=5, budget_notebook_floor_s=10
     )
     resources = lab_resources(tmp_path)
     started = time.monotonic()
@@ -161,12 +161,12 @@ def test_a_hand_in_that_adds_many_cells_cannot_multiply_its_budget(tmp_path):
         step.preprocess(hand_in, resources)
     finally:
         shutil.rmtree(runtime, ignore_errors=True)
-    assert time.monotonic() - started < 40 + 40  # the kernel's start and end, under load
-    not_run = [i for i, why in resources["sandbox_limits"].items() if why.startswith("not run:")]
-    assert len(not_run) > 40
-    assert resources["sandbox_limits"][not_run[-1]] == (
-        "not run: the whole-notebook budget of 40 s was used up"
-    )
+    assert time.monotonic() - started < 10 + 40  # the kernel's start and end, under load
+    limits = resources["sandbox_limits"]
+    not_run = [i for i, why in limits.items() if why.startswith("not run:")]
+    assert len(not_run) > 25, limits
+    assert limits[not_run[-1]] == "not run: the whole-notebook budget of 10 s was used up"
+    assert not [why for why in limits.values() if "budget of 2 s" in why], limits  # no cell's own
 
 
 def test_a_lab_without_timed_references_gets_the_flat_limits_with_a_note(tmp_path, caplog):
