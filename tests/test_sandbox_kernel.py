@@ -241,6 +241,14 @@ def test_the_sweep_follows_no_link_and_spares_what_is_not_a_dead_graders(tmp_pat
     assert {p.name for p in root.iterdir()} == kept | {k + task.CLAIM_SUFFIX for k in kept}
 
 
+def started_by(process: subprocess.Popen, argument: str, seconds: float = 30) -> None:
+    """Wait until /proc shows `argument` among the process's arguments."""
+    deadline = time.monotonic() + seconds
+    while argument.encode() not in Path(f"/proc/{process.pid}/cmdline").read_bytes().split(b"\0"):
+        assert time.monotonic() < deadline, f"{process.args} did not start"
+        time.sleep(0.01)
+
+
 def test_the_sweep_ends_a_dead_graders_sandbox_that_outlived_it(tmp_path):
     """--die-with-parent does not always take the sandbox with its grader: whatever still
     runs with the dead kernel's private folder as its argument (its bubblewrap) is ended."""
@@ -253,6 +261,8 @@ def test_the_sweep_ends_a_dead_graders_sandbox_that_outlived_it(tmp_path):
     left = subprocess.Popen([sys.executable, "-c", wait, "--bind", str(private), str(private)])
     other = subprocess.Popen([sys.executable, "-c", wait, "--bind", f"{private}0"])
     try:
+        for process in (left, other):  # a process's arguments show once its exec is done:
+            started_by(process, "--bind")  # Popen returns a moment before, on a busy machine
         assert task.sweep_abandoned(str(root)) == [root / "course-dead0000"]
         assert left.wait(timeout=10) == -signal.SIGKILL
         assert other.poll() is None  # another folder's: left alone
