@@ -13,9 +13,7 @@ graders/build_reference.py beside this module), so that grading a class only rea
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import shutil
 import sys
 import time
@@ -24,9 +22,8 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from graders import colab, gradebook
+from graders import colab, gradebook, nbgrader_cli
 from graders.course import LABS, REPO, SOLUTIONS, lab_source, unknown_labs
-from graders.nbgrader_cli import make_api_factory, nbgrader_env
 
 NBGRADER_SCHEMA = 3
 SHORT_KEYS = {"grade_id", "solution", "grade", "points", "locked", "task"}
@@ -150,21 +147,6 @@ def write_sources(root: Path, labs: list[str]) -> None:
         nbformat.write(source_notebook(lab), out)
 
 
-@contextlib.contextmanager
-def _path_has_this_python():
-    """PATH with this Python's scripts first while nbgrader runs: it calls its `alembic` by
-    name when it makes a gradebook."""
-    saved = os.environ.get("PATH")
-    os.environ["PATH"] = nbgrader_env()["PATH"]
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("PATH", None)
-        else:
-            os.environ["PATH"] = saved
-
-
 def build(root: Path = REPO, labs: list[str] | None = None, release: Path | None = None) -> Path:
     """Write the source notebooks under root/build/source and the release under `release`.
 
@@ -177,9 +159,9 @@ def build(root: Path = REPO, labs: list[str] | None = None, release: Path | None
     # nbgrader's generate_assignment, in this process: its command line would import
     # nbgrader again for each lab (seconds each; a third of them jsonschema's IRI grammars)
     changes = {"CourseDirectory": {"release_directory": str(release)}}
-    api = make_api_factory(REPO / "nbgrader_config.py")(str(root), changes)
+    api = nbgrader_cli.make_api_factory(REPO / "nbgrader_config.py")(str(root), changes)
     for lab in labs:
-        with _path_has_this_python():
+        with nbgrader_cli.this_python_first():
             result = api.generate_assignment(lab, force=True)
         if not result.get("success"):
             log = (result.get("log") or "") + (result.get("error") or "")

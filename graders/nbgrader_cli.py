@@ -4,6 +4,7 @@ generate_assignment, a grading task's autograde and generate_feedback)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import subprocess
@@ -19,6 +20,21 @@ def nbgrader_env(env: dict | None = None) -> dict[str, str]:
     # nbgrader calls the `alembic` script of its own environment by name.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     return env
+
+
+@contextlib.contextmanager
+def this_python_first():
+    """PATH as `nbgrader_env` gives it, while nbgrader runs in this process (its API: it
+    calls its `alembic` by name when it makes a gradebook)."""
+    saved = os.environ.get("PATH")
+    os.environ["PATH"] = nbgrader_env()["PATH"]
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = saved
 
 
 def nbgrader(
