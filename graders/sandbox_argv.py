@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -311,27 +312,82 @@ def kernel_argv(
 
 
 # What the warm process keeps to set up each kernel forked from it (graders/zygote.py), and
-# drops in each kernel before any of its cells runs
+# drops in each kernel before any of its cells runs: capabilities of its own user namespace
+# only, whose root is an unprivileged host user (ZYGOTE_UIDS), never the host's root
 ZYGOTE_CAPS = ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_NET_ADMIN",
                "CAP_KILL")  # fmt: skip
+KERNEL_UIDS = range(200_000, 1_000_000)  # a root grader's kernels: a host user each, drawn here
+ZYGOTE_UIDS = range(1_000_000, 2_000_000)  # the root of a warm process's user namespace
 
 
-def zygote_argv(command: list[str], readonly: list[Path], fonts: Path | None) -> list[str]:
+def user_map(root: int) -> str:
+    """A warm process's uid_map (and gid_map): its root is host user `root`, and the kernels'
+    users are themselves; no other host user, host root least of all, is anyone there."""
+    return f"0 {root} 1\n{KERNEL_UIDS.start} {KERNEL_UIDS.start} {len(KERNEL_UIDS)}\n"
+
+
+# the number of values each option of the allow-list takes (`by_descriptor`)
+ARITY = {"--ro-bind": 2, "--bind": 2, "--symlink": 2, "--perms": 1, "--dir": 1, "--tmpfs": 1,
+         "--size": 1, "--dev": 1, "--proc": 1}  # fmt: skip
+
+
+def staged(options: list[str], stage: Path) -> tuple[list[str], list[str]]:
+    """bubblewrap `options` with the source of each bind replaced by a path under `stage`,
+    and the commands (sh) that bind each source there: a sandbox that is not the host's
+    root needs a way to what it binds (the grader's Python may live under /root, which no
+    other user may traverse; bubblewrap resolves every source's path as its own user)."""
+    argv, commands, index = [], [], 0
+    while index < len(options):
+        option = options[index]
+        if option not in ARITY:
+            raise ValueError(f"no arity known for bubblewrap option {option!r}")
+        values = options[index + 1 : index + 1 + ARITY[option]]
+        if option in ("--ro-bind", "--bind"):
+            source, there = values[0], shlex.quote(str(stage / str(len(commands))))
+            made = f"mkdir {there}" if Path(source).is_dir() else f": > {there}"
+            commands.append(f"{made} && mount --rbind {shlex.quote(source)} {there}")
+            argv += [option, str(stage / str(len(commands) - 1)), values[1]]
+        else:
+            argv += [option, *values]
+        index += 1 + ARITY[option]
+    return argv, commands
+
+
+def zygote_argv(
+    command: list[str],
+    readonly: list[Path],
+    fonts: tuple[str, int] | None,
+    userns: int,
+    stage: Path,
+) -> list[str]:
     """`command` (the warm process kernels are forked from) in a sandbox with a kernel's
     allow-list (a root grader only): the same system, Python and read-only folders, the
-    same environment and font list, no network; it keeps the capabilities that set up each
-    kernel's own namespaces, mounts and user (graders/kernel/grading_zygote.py), and no
-    cgroup or rlimit of its own: each kernel gets its own. Nothing of a kernel's own (its
-    private folder, its lab's files) is in it: each comes with the request for that kernel."""
-    argv = [_bwrap() or "bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc"]
+    same environment and font list (`fonts`: its name, and a descriptor to read it from),
+    no network. It runs in the user namespace `userns` (a descriptor; graders/zygote.py
+    makes it with `user_map`) as that namespace's root, and keeps the capabilities there
+    that set up each kernel's own namespaces, mounts and user (graders/kernel/
+    grading_zygote.py), and no cgroup or rlimit of its own: each kernel gets its own.
+    Nothing of a kernel's own (its private folder, its lab's files) is in it: each comes
+    with the request for that kernel.
+
+    What it binds, the host's root binds first under `stage` (a folder of the grader's, that
+    a tmpfs covers in a mount namespace of this sandbox's alone: `staged`), where bubblewrap
+    finds it."""
+    options, binds = staged([*_system_binds(), *_allow_list(readonly, set())], stage)
+    script = " && ".join([f"mount -t tmpfs -o mode=0755,size=64k tmpfs {shlex.quote(str(stage))}",
+                          *binds])  # fmt: skip
+    argv = [shutil.which("unshare") or "unshare", "--mount", "--propagation", "private", "--"]
+    argv += ["/bin/sh", "-c", f'{script} && exec "$@"', "sh"]
+    argv += [shutil.which("nsenter") or "nsenter", f"--user=/proc/self/fd/{userns}", "--"]
+    argv += [_bwrap() or "bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc"]
     argv += ["--unshare-uts", "--new-session", "--clearenv"]
     for cap in ZYGOTE_CAPS:
         argv += ["--cap-add", cap]
-    argv += _system_binds()
-    argv += _allow_list(readonly, set())
-    if fonts is not None:
+    argv += options
+    if fonts is not None:  # copied into its own tmpfs: no host path of it shows
         argv += ["--perms", "0777", "--dir", f"{WORKDIR}/.matplotlib"]
-        argv += ["--ro-bind", str(fonts), f"{WORKDIR}/.matplotlib/{fonts.name}"]
+        name, fd = fonts
+        argv += ["--perms", "0444", "--ro-bind-data", str(fd), f"{WORKDIR}/.matplotlib/{name}"]
     argv += ["--chdir", WORKDIR]
     for name, value in kernel_env(KERNEL_THREADS, {}).items():
         argv += ["--setenv", name, value]

@@ -23,7 +23,12 @@ from jupyter_client.manager import AsyncKernelManager
 from traitlets import Dict
 
 from graders import sandbox_host, wire, zygote
-from graders.sandbox_argv import KERNEL_THREADS, kernel_argv, matplotlib_font_list
+from graders.sandbox_argv import (
+    KERNEL_THREADS,
+    KERNEL_UIDS,
+    kernel_argv,
+    matplotlib_font_list,
+)
 
 KILL_GRACE_S = 60  # a kernel still running this long after its notebook's budget is killed
 
@@ -65,7 +70,7 @@ class SandboxKernelManager(AsyncKernelManager):
         uid = None
         self._mounted = False
         if os.getuid() == 0:  # a host user of its own, that owns nothing
-            uid = 200_000 + secrets.randbelow(800_000)
+            uid = KERNEL_UIDS.start + secrets.randbelow(len(KERNEL_UIDS))
             self._mounted = sandbox_host.mount_tmpfs(
                 private, uid
             )  # the one host folder it writes: capped

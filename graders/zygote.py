@@ -11,6 +11,13 @@ kernel gets, before its first cell, what bubblewrap gives a kernel started alone
 namespaces, tmpfs folders, cgroups, rlimits, user and no capabilities (the warm process's
 docstring lists them); graders/sandbox.py's docstring says what a kernel sees.
 
+The warm process holds no privilege of the host's: it runs in a user namespace of its own
+(`_user_namespace`), as that namespace's root, which is an unprivileged host user drawn for
+it (graders/sandbox_argv.py, ZYGOTE_UIDS), never host root; the kernels' own host users are
+the only others mapped there. Its capabilities (ZYGOTE_CAPS) are over its namespaces only:
+files the host's root owns are not its own, and no process of that namespace, the warm
+process included, may make another user namespace (its limit is 0 there).
+
 Only a root grader forks kernels (a kernel's own host user needs root to give), and only
 when its private folder is under /tmp (the forked kernel makes that path in its own /tmp);
 otherwise, or when the warm process cannot start (it says why, once, in the log), each
@@ -24,6 +31,7 @@ import fcntl
 import json
 import logging
 import os
+import secrets
 import select
 import shutil
 import socket
@@ -42,12 +50,14 @@ from graders.sandbox_argv import (
     SCRATCH,
     SHM_BYTES,
     WORKDIR_BYTES,
+    ZYGOTE_UIDS,
     available,
     bound_under_tmp,
     ipykernel_command,
     kernel_env,
     kernel_side,
     matplotlib_font_list,
+    user_map,
     zygote_argv,
 )
 
@@ -74,12 +84,18 @@ class Zygote:
         lifeline, self._lifeline = os.pipe()
         keep = json.dumps(bound_under_tmp(list(readonly)))
         command = [sys.executable, "-m", "grading_zygote", str(listener.fileno()), str(lifeline)]
-        self.fonts = self._font_list()
+        self.uid = ZYGOTE_UIDS.start + secrets.randbelow(len(ZYGOTE_UIDS))
+        userns = fonts = None
         log = open(self.folder / "log", "ab")  # noqa: SIM115 - what set-up of a kernel failed
         try:
+            userns = _user_namespace(self.uid)
+            fonts = _font_list()
+            # its binds are staged over its folder, in a mount namespace of its own
+            argv = zygote_argv([*command, keep], list(readonly), fonts, userns, self.folder)
+            passed = [listener.fileno(), lifeline, userns]
             self.process = subprocess.Popen(
-                zygote_argv([*command, keep], list(readonly), self.fonts),
-                pass_fds=(listener.fileno(), lifeline),
+                argv,
+                pass_fds=passed + ([fonts[1]] if fonts else []),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=log,
@@ -87,7 +103,9 @@ class Zygote:
             )
         finally:
             log.close()
-            os.close(lifeline)
+            for fd in (lifeline, userns, fonts[1] if fonts else None):
+                if fd is not None:
+                    os.close(fd)
             listener.close()  # its only holder is the warm process: if it ends, no one waits
         said = ""
         if select.select([self.process.stdout], [], [], STARTUP_S)[0]:  # its imports: seconds
@@ -99,20 +117,6 @@ class Zygote:
         if said != "ready":
             self.close()
             raise RuntimeError(said or f"it ended with status {self.process.wait()}")
-
-    def _font_list(self) -> Path | None:
-        """matplotlib's font list (graders/sandbox_argv.py, `matplotlib_font_list`), in this
-        warm process's folder, read-only: the warm process reads it as it imports
-        matplotlib, and each kernel gets it as a kernel started alone does."""
-        given = matplotlib_font_list()
-        if given is None:
-            return None
-        name, data = given
-        fonts = self.folder / "fonts" / name
-        fonts.parent.mkdir(mode=0o755)
-        fonts.write_bytes(data)
-        fonts.chmod(0o444)
-        return fonts
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -153,12 +157,65 @@ class Zygote:
                 "RLIMIT_NPROC": PROCESS_CAP,  # a host user of its own: its count alone
                 "RLIMIT_CORE": 0,
             },
-            "file_paths": [[p.name, str(p)] for p in files]
-            + ([[f".matplotlib/{self.fonts.name}", str(self.fonts)]] if self.fonts else []),
+            "file_paths": [[p.name, str(p)] for p in files],
             "group_paths": [str(p) for p in groups],
         }
         stub = [sys.executable, "-I", "-S", str(STUB), self.socket, str(private)]
         return [*stub, json.dumps(request)]
+
+
+def _font_list() -> tuple[str, int] | None:
+    """matplotlib's font list (graders/sandbox_argv.py, `matplotlib_font_list`): its name and
+    a descriptor to read it from, for the warm process's own working folder (it reads it as
+    it imports matplotlib, and gives each kernel a copy of it)."""
+    given = matplotlib_font_list()
+    if given is None:
+        return None
+    name, data = given
+    fd = os.memfd_create("fonts")
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return name, fd
+
+
+def _user_namespace(root: int) -> int:
+    """A new user namespace whose root is host user `root` and whose other users are the
+    kernels' (`user_map`), limited to no user namespace inside it: a descriptor of it. A
+    process unshares it and waits; this (root) process writes its maps, and its root, as
+    the warm process will be, sets its limit."""
+    holder = subprocess.Popen(
+        [shutil.which("unshare") or "unshare", "--user", "--", "/bin/sh", "-c",
+         "echo made && read -r _"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={},
+    )  # fmt: skip
+    userns = None
+    try:
+        if holder.stdout.readline() != b"made\n":
+            said = holder.stderr.read().decode(errors="replace").strip()
+            raise RuntimeError(f"no user namespace of its own: {said[:200]}")
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{holder.pid}/{name}", "w") as fh:  # noqa: PTH123
+                fh.write(user_map(root))
+        userns = os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        limit = "echo 0 > /proc/sys/user/max_user_namespaces"
+        capped = subprocess.run(
+            [shutil.which("nsenter") or "nsenter", f"--user=/proc/self/fd/{userns}", "--",
+             "/bin/sh", "-c", limit],
+            pass_fds=(userns,), capture_output=True, env={},
+        )  # fmt: skip
+        if capped.returncode != 0:
+            said = capped.stderr.decode(errors="replace").strip()
+            raise RuntimeError(f"its user namespaces not limited: {said[:200]}")
+        return userns
+    except BaseException:
+        if userns is not None:
+            os.close(userns)
+        raise
+    finally:
+        holder.stdin.close()
+        holder.wait()
+        holder.stdout.close()
+        holder.stderr.close()
 
 
 def _remove_abandoned() -> None:

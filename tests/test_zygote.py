@@ -12,6 +12,15 @@ were all forked from.
 * The folder of a warm process whose grader was killed is removed by the next one made.
 * A read-only folder (the course's data) made or replaced after a warm process started is
   seen by the next kernel as it is then, as a kernel started alone sees it.
+* Seen from the host while a kernel runs, no process between the grader and it (the warm
+  process's sandbox, the warm process, the children that set up each kernel) is the host's
+  root, and those that hold a capability hold it in a user namespace where host root is
+  no one.
+* A forked kernel reaches nothing of its parent and nothing a new namespace would give: no
+  user namespace to make, no setns, ptrace or process_vm_readv on its init; its mount table
+  holds one fresh mount on each of its folders (the warm process's own are gone, not
+  covered) and no host path of the warm process; no descriptor but its own and no shared
+  writable mapping.
 """
 
 from __future__ import annotations
@@ -191,3 +200,111 @@ def test_a_read_only_folder_replaced_after_the_warm_process_started_is_seen_as_i
     assert forked(first) and forked(second)
     assert printed_line(first.nb.cells[0], "SEEN") == "one"
     assert printed_line(second.nb.cells[0], "SEEN") == "two"
+
+
+def _descendants(root: int) -> list[int]:
+    """`root` and every process below it, as the host sees them."""
+    children: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{entry}/stat").read()  # noqa: PTH123, SIM115
+        except OSError:
+            continue
+        children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+def _warm_process() -> zygote.Zygote:
+    return zygote._zygotes[(os.getpid(), (), ())]
+
+
+def test_nothing_between_the_grader_and_a_forked_kernel_is_host_root(tmp_path):
+    client = sandbox_client(tmp_path, ["import os; print('KERNEL', os.getuid())"])
+    seen = {}
+    with client.setup_kernel():
+        client.execute_cell(client.nb.cells[0], 0)
+        assert forked(client)
+        for pid in _descendants(_warm_process().process.pid):
+            try:
+                status = open(f"/proc/{pid}/status").read()  # noqa: PTH123, SIM115
+                seen[pid] = {
+                    "uids": [int(u) for u in status.split("Uid:")[1].split()[:4]],
+                    "caps": int(status.split("CapEff:")[1].split()[0], 16),
+                    "userns": os.readlink(f"/proc/{pid}/ns/user"),
+                    "map": open(f"/proc/{pid}/uid_map").read().split(),  # noqa: SIM115
+                }
+            except OSError:  # ended meanwhile
+                continue
+    kernel = int(printed_line(client.nb.cells[0], "KERNEL"))
+    # bubblewrap and its init, the warm process, and for the kernel: C, I, the kernel
+    assert len(seen) >= 6 and kernel in [me["uids"][0] for me in seen.values()], seen
+    host = os.readlink("/proc/self/ns/user")
+    for pid, me in seen.items():
+        assert 0 not in me["uids"], f"process {pid} of the warm process's tree is host root"
+        assert me["userns"] != host, f"process {pid} is in the host's user namespace"
+        outside = me["map"][1::3]  # inside, outside, count: who is who on the host
+        assert "0" not in outside, f"host root is someone in process {pid}'s namespace"
+    assert any(me["caps"] for me in seen.values())  # the warm process's own, there only
+
+
+# a hand-in that tries to reach the process it was forked from, or its siblings' ways
+REACH = """
+import ctypes, errno, glob, json, os
+_libc = ctypes.CDLL(None, use_errno=True)
+def _errno(done):
+    return errno.errorcode.get(ctypes.get_errno(), "?") if done < 0 else "done"
+_mnt = os.open("/proc/self/ns/mnt", os.O_RDONLY)  # its init's is not even open to it
+_setns = _errno(_libc.setns(_mnt, 0))
+os.close(_mnt)
+_read, _write = os.pipe()  # a kernel has threads: a child of its own has not
+_child = os.fork()
+if _child == 0:
+    os.write(_write, _errno(_libc.unshare(0x10000000 | 0x20000)).encode())
+    os._exit(0)
+os.close(_write)
+_unshared = os.read(_read, 64).decode()
+os.close(_read)
+os.waitpid(_child, 0)
+_buffer = ctypes.create_string_buffer(8)
+_iov = (ctypes.c_void_p * 2)(ctypes.addressof(_buffer), 8)
+_fds = {}
+for _fd in os.listdir("/proc/self/fd"):
+    try:
+        _fds[_fd] = os.readlink(f"/proc/self/fd/{_fd}")
+    except OSError:  # the listing's own
+        pass
+print("REACH " + json.dumps({
+    "unshare_user": _errno(_libc.unshare(0x10000000)),
+    "unshare_user_mount": _unshared,
+    "setns": _setns,
+    "ptrace_init": _errno(_libc.ptrace(16, 1, None, None)),  # PTRACE_ATTACH
+    "read_init": _errno(_libc.process_vm_readv(1, _iov, 1, _iov, 1, 0)),
+    "mounts": [line.split()[3:5] for line in open("/proc/self/mountinfo")],
+    "mountinfo": open("/proc/self/mountinfo").read(),
+    "sockets": glob.glob("/tmp/grading-*") + glob.glob("/tmp/*/socket"),
+    "fds": _fds,
+    "shared_writable": [m for m in open("/proc/self/maps") if m.split()[1][1::2] == "ws"],
+}))
+"""
+
+
+def test_a_forked_kernel_reaches_nothing_of_its_parent_nor_a_new_namespace(tmp_path):
+    client = sandbox_client(tmp_path, [REACH])
+    client.execute()
+    assert forked(client)
+    reach = json.loads(printed_line(client.nb.cells[0], "REACH"))
+    for attempt in ("unshare_user", "unshare_user_mount", "setns", "ptrace_init", "read_init"):
+        assert reach[attempt] == "EPERM", (attempt, reach[attempt])
+    assert _warm_process().folder.name not in reach["mountinfo"], reach["mountinfo"]
+    assert reach["sockets"] == []
+    points = [point for _root, point in reach["mounts"]]
+    for folder in ("/tmp", "/dev/shm", "/home/student", "/proc", "/dev/pts"):
+        assert points.count(folder) == 1, f"{folder}: {reach['mountinfo']}"
+    mine = ("/dev/null", "pipe:", "socket:", "anon_inode:", "/home/student/")
+    assert all(target.startswith(mine) for target in reach["fds"].values()), reach["fds"]
+    assert reach["shared_writable"] == []

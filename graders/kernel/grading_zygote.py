@@ -12,12 +12,28 @@ with it and does, before any cell can run, what bubblewrap does for a kernel sta
 
 * new mount, network, IPC, UTS and PID namespaces; the kernel's cgroups joined, then a
   cgroup namespace of its own;
-* a fresh tmpfs on /tmp, /dev/shm and the working folder, a fresh /proc and /dev/pts; its
-  private runtime folder (the grader's tmpfs, moved in by descriptor) at the grader's path;
-  its lab's files read-only beside the notebook; loopback up, nothing else on the network;
+* the warm process's own /tmp, /dev/shm, working folder, /proc and /dev/pts unmounted from
+  the kernel's mount namespace (not covered: gone from it, and from its mount table), and
+  a fresh tmpfs, proc and devpts in their place; its private runtime folder (the grader's
+  tmpfs, moved in by descriptor) at the grader's path; its lab's files read-only beside the
+  notebook; matplotlib's font list copied into its working folder; loopback up, nothing
+  else on the network;
 * its rlimits, its environment (the grader's allow-list), a host user id of its own, no
   capabilities (bounding and ambient sets emptied), no new privileges;
-* its random number generators reseeded (a fork would otherwise share the warm process's).
+* its random number generators reseeded (a fork would otherwise share the warm process's),
+  and a seccomp filter (grading_guard.py) that refuses new namespaces, mounts, ptrace and
+  the rest of what a grading kernel has no use for.
+
+What a fork cannot give (Python fixes both as the interpreter starts; only an exec would
+draw them again, which would throw away the imports this process exists to keep): a string
+hash seed, and an address-space layout, of the kernel's own. Every kernel forked from one
+warm process shares them with it and with its siblings. Neither is a secret a verdict or a
+classmate depends on (every hash-ordered set is rebuilt per kernel; nothing a kernel can
+reach holds another's memory), and the warm process takes no input from any kernel.
+
+This process and the children that set up each kernel ("C", and "I" until it drops to the
+kernel's user) run as the root of a user namespace of their own (graders/zygote.py), an
+unprivileged host user: their capabilities are over their own namespaces only.
 
 The kernel's namespace holds a small init ("I", pid 1, the kernel's user) that reaps and
 ends with the kernel (then the namespace, and everything the hand-in started, ends too);
@@ -38,6 +54,7 @@ import traceback
 
 WORKDIR = "/home/student"
 KEEP: list[str] = []  # the sandbox's folders under /tmp (the grader names them: argv[3])
+FONTS: dict[str, bytes] = {}  # matplotlib's font list in its working folder, for each kernel
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -48,7 +65,8 @@ CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_MOVE, MS_REC, MS_PRIVATE = 2, 4, 8, 8192, 16384, 1 << 18
+MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_MOUNT_SETATTR = 428, 429, 442  # on every architecture
@@ -123,9 +141,21 @@ def _prctl(option: int, arg: int = 0, arg3: int = 0) -> None:
     _check(_libc.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(arg3), 0, 0), "prctl")
 
 
-def _tmpfs(target: str, size: int, mode: str, uid: int | None = None) -> None:
-    owner = f",uid={uid},gid={uid}" if uid is not None else ""
-    _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode={mode}{owner}")
+def _tmpfs(target: str, size: int, mode: str) -> None:
+    """A fresh tmpfs at `target`, instead of the warm process's (unmounted, with all below it)."""
+    _check(_libc.umount2(os.fsencode(target), MNT_DETACH), f"umount {target}")
+    _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode={mode}")
+
+
+def _fresh_proc() -> None:
+    """The kernel's own /proc instead of the warm process's: mounted beside it first (a
+    user namespace may mount proc only where one is already fully visible), then moved."""
+    beside = "/tmp/.proc"
+    os.mkdir(beside, 0o700)
+    _mount("proc", beside, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _check(_libc.umount2(b"/proc", MNT_DETACH), "umount /proc")
+    _mount(beside, "/proc", None, MS_MOVE)
+    os.rmdir(beside)
 
 
 def _loopback_up() -> None:
@@ -242,10 +272,18 @@ def _init(request: dict, fds: list[int]) -> None:
     _attach(fds[request["private_fd"]], request["private"], folder=True)
     _tmpfs("/dev/shm", sizes["shm"], "1777")
     _tmpfs(WORKDIR, sizes["workdir"], "0777")
+    for name, data in FONTS.items():  # a copy: no host path shows in its mount table
+        folder = os.path.join(WORKDIR, ".matplotlib")
+        os.makedirs(folder, exist_ok=True)
+        os.chmod(folder, 0o777)
+        with open(os.path.join(folder, name), "wb") as fh:
+            fh.write(data)
+        os.chmod(os.path.join(folder, name), 0o444)
     for target, index in request["files"]:  # read-only, in the working folder
         _attach(fds[index], os.path.join(WORKDIR, target), folder=False, parents=0o777)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # an init: no signal from inside ends it
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _fresh_proc()
+    _check(_libc.umount2(b"/dev/pts", MNT_DETACH), "umount /dev/pts")
     _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666")
     _loopback_up()
     os.closerange(3, 1 << 16)
@@ -311,6 +349,10 @@ def main() -> None:
     listener = socket.socket(fileno=int(sys.argv[1]))
     lifeline = int(sys.argv[2])
     KEEP.extend(json.loads(sys.argv[3]))
+    fonts = os.path.join(WORKDIR, ".matplotlib")
+    for name in os.listdir(fonts) if os.path.isdir(fonts) else []:  # fontlist-v*.json
+        with open(os.path.join(fonts, name), "rb") as fh:
+            FONTS[name] = fh.read()
     import grading_guard
 
     grading_guard.new_session_keyring()  # not the grader's: its children inherit this one
