@@ -151,7 +151,8 @@ def protections_missing() -> list[str]:
         missing.append(memory_groups().why_not)
     if not kernel_side("grading_guard").supported():
         missing.append(
-            f"the kernel keyring's system calls are not refused on {platform.machine()} "
+            f"no seccomp filter on {platform.machine()}: the keyring, user namespaces, mounts "
+            "and ptrace are not refused in kernels "
             "(graders/kernel/grading_guard.py knows x86_64 and aarch64)"
         )
     if os.getuid() != 0:
