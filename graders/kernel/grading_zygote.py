@@ -275,7 +275,7 @@ def _init(request: dict, fds: list[int]) -> None:
     for name, data in FONTS.items():  # a copy: no host path shows in its mount table
         folder = os.path.join(WORKDIR, ".matplotlib")
         os.makedirs(folder, exist_ok=True)
-        os.chmod(folder, 0o777)
+        os.chmod(folder, 0o1777)  # sticky: the kernel writes there, and cannot remove the list
         with open(os.path.join(folder, name), "wb") as fh:
             fh.write(data)
         os.chmod(os.path.join(folder, name), 0o444)
