@@ -111,6 +111,9 @@ def source_notebook(lab: str, path: Path | None = None) -> nbformat.NotebookNode
                 after = ["", ""] if any(line.strip() for line in lines[at[0] + 1 :]) else []
                 lines[at[0] : at[0] + 1] = shared_setup.splitlines() + after
                 cell.source = "\n".join(lines)
+                # shown collapsed: JupyterLab shows its first line, Colab its @title
+                cell.metadata["jupyter"] = {"source_hidden": True}
+                cell.metadata["cellView"] = "form"
         if short is not None:
             at = where(path, text, f'"{short.get("grade_id")}"', index)
             cell.metadata["nbgrader"] = full_nbgrader_metadata(short, at)

@@ -13,11 +13,14 @@
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import os
+import re
 import secrets
 import shutil
 import socket
+import struct
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -230,6 +233,69 @@ def errors(nb) -> list[str]:
             if output.output_type == "error":
                 head = cell.source.splitlines()[0] if cell.source else ""
                 found.append(f"cell {index} ({head[:60]!r}): {output.ename}: {output.evalue[:300]}")
+    return found
+
+
+SCREEN_LINES = 45  # a screen of output in JupyterLab or Colab, at its default font
+OUTPUT_PX = 900  # the width of a notebook's output area (tests/clients/test_browser.py measures)
+
+
+def output_lines(output) -> int:
+    """How many lines `output` takes on the screen (a picture or HTML: none counted)."""
+    if output.output_type == "stream":
+        return output.get("text", "").rstrip("\n").count("\n") + 1
+    if output.output_type == "error":
+        return sum(str(line).count("\n") + 1 for line in output.get("traceback", []))
+    data = output.get("data", {})
+    if any(key.startswith("image/") or key == "text/html" for key in data):
+        return 0
+    return str(data.get("text/plain", "")).count("\n") + 1
+
+
+def picture_width(output) -> float | None:
+    """The width in CSS px at which a notebook shows the picture `output` holds, or None."""
+    data = output.get("data", {})
+    svg, png = data.get("image/svg+xml"), data.get("image/png")
+    inline = re.search(r'src="data:image/(svg\+xml|png);base64,([^"]+)"', data.get("text/html", ""))
+    if inline and inline.group(1) == "png":
+        png = inline.group(2)
+    elif inline:
+        svg = base64.b64decode(inline.group(2)).decode("utf-8", "replace")
+    if svg:
+        size = re.search(r'<svg[^>]*?\swidth="([0-9.]+)(pt|px)?"', svg)
+        return float(size.group(1)) * (4 / 3 if size.group(2) == "pt" else 1) if size else None
+    if png:
+        shown = output.get("metadata", {}).get("image/png", {}).get("width")
+        return shown or struct.unpack(">I", base64.b64decode(png)[16:20])[0]
+    return None
+
+
+def student_view_problems(nb) -> list[str]:
+    """What an executed notebook shows a student that it should not: a traceback (an error
+    output of more than one line), a cell's output longer than a screen, a picture wider than
+    the output area, a picture without a text alternative (an <img alt=...>)."""
+    found = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        where = f"cell {cell.get('id')!r} ({(cell.source.splitlines() or [''])[0][:50]!r})"
+        outputs = cell.get("outputs", [])
+        lines = sum(output_lines(o) for o in outputs)
+        if lines > SCREEN_LINES:
+            found.append(f"{where}: {lines} lines of output, more than a screen ({SCREEN_LINES})")
+        for output in outputs:
+            if output.output_type == "error" and output_lines(output) > 1:
+                found.append(
+                    f"{where}: a traceback of {output_lines(output)} lines "
+                    f"({output.ename}: {str(output.evalue)[:100]})"
+                )
+            width = picture_width(output)
+            if width and width > OUTPUT_PX:
+                found.append(f"{where}: a picture {width:.0f} px wide, in a {OUTPUT_PX} px area")
+            data = output.get("data", {})
+            has_alt = re.search(r'<img alt="[^"]+"', data.get("text/html", ""))
+            if width and not has_alt:
+                found.append(f"{where}: a picture without a text alternative")
     return found
 
 

@@ -1,6 +1,9 @@
-# Setup: works in JupyterLab, VS Code and Colab. Installs what is missing, and only that.
+# @title Setup, run me first: installs what is missing, imports torch, defines check() and draw()
+import base64
+import html
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -42,8 +45,58 @@ torch.set_printoptions(precision=4, sci_mode=False)
 GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))
 
 
+def _cell_frames(tb):
+    """[("Cell In[7], line 4", function name)] for each frame of a traceback, outermost first:
+    None for a frame outside the notebook's cells (all None outside a notebook)."""
+    try:
+        from IPython import get_ipython
+
+        cells = get_ipython().compile._filename_map
+    except Exception:
+        cells = {}
+    found = []
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        number = cells.get(code.co_filename)
+        found.append(
+            None if number is None else (f"Cell In[{number}], line {tb.tb_lineno}", code.co_name)
+        )
+        tb = tb.tb_next
+    return found
+
+
 class CheckFailed(AssertionError):
-    """Raised by the self-checks with a message that says what is wrong."""
+    """Raised by the self-checks with a message that says what is wrong. Jupyter shows that
+    one sentence and the line of the check, not a traceback through `check`."""
+
+    def _render_traceback_(self):
+        cells = [frame for frame in _cell_frames(self.__traceback__) if frame]
+        return [f"CheckFailed: {self}" + (f" ({cells[0][0]})" if cells else "")]
+
+
+def _not_done_yet(shell, etype, value, tb, tb_offset=None):
+    """An exercise's NotImplementedError (raised in a notebook cell) as one sentence; any
+    other, such as PyTorch's, with its whole traceback."""
+    frames = _cell_frames(tb)
+    if not frames or frames[-1] is None:
+        stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
+    elif frames[-1][1] == "<module>":
+        stb = [f"NotImplementedError: {value} ({frames[-1][0]})"]
+    else:
+        where, name = frames[-1]
+        stb = [
+            f"NotImplementedError: `{name}` is not written yet ({where}: {value}) Write it in "
+            "its exercise cell and run that cell, then this one."
+        ]
+    shell._showtraceback(etype, value, stb)
+
+
+try:  # in Jupyter: an exercise not done yet says so in one sentence (not outside IPython)
+    from IPython import get_ipython
+
+    get_ipython().set_custom_exc((NotImplementedError,), _not_done_yet)
+except Exception:
+    pass
 
 
 def check(condition, message):
@@ -70,21 +123,79 @@ def attempt(fn, *args, **kwargs):
         return None, type(error).__name__ + (f": {lines[0][:200]}" if lines else "")
 
 
-class GraphPicture:
-    """An SVG drawing of a graph; Jupyter, VS Code and Colab show it as a picture."""
+WIDEST_PT = 675  # 900 px: a picture no wider than a notebook's output area
 
-    def __init__(self, svg, source):
-        self.svg, self.source = svg, source
+
+def fit_width(svg, widest=WIDEST_PT):
+    """The SVG drawn at most `widest` points wide (its height in proportion): Graphviz gives
+    the natural size, which for a big graph is wider than the output area."""
+    size = re.search(r'<svg width="([0-9.]+)pt" height="([0-9.]+)pt"', svg)
+    if not size or float(size.group(1)) <= widest:
+        return svg
+    width, height = float(size.group(1)), float(size.group(2))
+    fitted = f'<svg width="{widest}pt" height="{height * widest / width:.0f}pt"'
+    return svg[: size.start()] + fitted + svg[size.end() :]
+
+
+def show_figure(fig, alt):
+    """Show a matplotlib figure as a picture no wider than the output area, with `alt`, a text
+    alternative in words, and close it (so that Jupyter does not show it twice)."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", bbox_inches="tight", dpi=min(100, 800 / fig.get_figwidth()))
+    plt.close(fig)
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    text = html.escape(alt, quote=True)
+    try:
+        from IPython.display import HTML, display
+    except ImportError:  # plain Python: no notebook to show it in
+        return print(f"(a picture: {alt})")
+    display(HTML(f'<img alt="{text}" title="{text}" src="data:image/png;base64,{data}">'))
+
+
+class GraphPicture:
+    """An SVG drawing of a graph, with a text alternative; Jupyter, VS Code and Colab show it
+    as a picture."""
+
+    def __init__(self, svg, source, alt="a graph"):
+        self.svg, self.source, self.alt = fit_width(svg), source, alt
 
     def _repr_svg_(self):
         return self.svg
+
+    def _repr_html_(self):  # an <img> can carry the text alternative; an SVG output cannot
+        data = base64.b64encode(self.svg.encode("utf-8")).decode("ascii")
+        alt = html.escape(self.alt, quote=True)
+        return f'<img alt="{alt}" title="{alt}" src="data:image/svg+xml;base64,{data}">'
 
     def save(self, path):
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(self.svg)
 
     def __repr__(self):
-        return "<graph picture: display it in a notebook, or .save('graph.svg')>"
+        return f"<graph picture of {self.alt}: display it in a notebook, or .save('graph.svg')>"
+
+
+def graph_summary(tensor):
+    """In words, for a picture's text alternative: how many nodes, of which operations."""
+    roots = list(tensor) if isinstance(tensor, (tuple, list)) else [tensor]
+    seen, todo, counts = set(), [getattr(t, "grad_fn", None) for t in roots], {}
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        counts[type(node).__name__] = counts.get(type(node).__name__, 0) + 1
+        todo.extend(next_node for next_node, _ in node.next_functions)
+    if not seen:
+        return "a tensor with no graph"
+    common = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:6]
+    named = ", ".join(f"{n} {name}" for name, n in common)
+    more = ", ..." if len(counts) > len(common) else ""
+    return f"the autograd graph: {len(seen)} nodes ({named}{more})"
 
 
 def _dot_programs():
@@ -150,7 +261,8 @@ def draw(tensor, **options):
                     [program, "-Tsvg"], input=source.encode(), capture_output=True, timeout=60
                 )
                 if run.returncode == 0 and b"<svg" in run.stdout:
-                    return GraphPicture(run.stdout.decode("utf-8", "replace"), source)
+                    svg = run.stdout.decode("utf-8", "replace")
+                    return GraphPicture(svg, source, graph_summary(tensor))
         except Exception as error:  # a drawing is never worth a traceback
             why = f"see the error: {type(error).__name__}: {str(error)[:80]}"
     try:

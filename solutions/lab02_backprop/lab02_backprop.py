@@ -685,7 +685,11 @@ ax.set_xlabel("value v")
 ax.set_ylabel("df/dv")
 ax.set_title(f"f = (x² + y)·z at (x, y, z) = {picture_point}")
 ax.legend()
-plt.show()
+show_figure(
+    fig,
+    f"Bar chart of df/dv for v = x, y, z, p, q at (x, y, z) = {picture_point}: bars for "
+    "the gradients backward() gives, black dots for the slopes measured by nudging each v.",
+)
 
 # %% [markdown]
 # ### A puzzle (not graded): choose the point

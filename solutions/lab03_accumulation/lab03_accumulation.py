@@ -308,10 +308,15 @@ _W = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
 _h0 = torch.randn(3, 1, dtype=torch.float64)
 _result, _error = attempt(unrolled_grads, _W, _h0, 3)
 check(
+    _error is None or "'NoneType'" not in _error,
+    "unrolled_grads(W, h0, k=3) on a random 3x3 W whose .grad is None raised an error about "
+    "None: W.grad is None before W's first backward(), so clear it with W.grad = None rather "
+    "than W.grad.zero_().",
+)
+check(
     _error is None,
     "unrolled_grads(W, h0, k=3) on a random 3x3 W whose .grad is None raised an error (the "
-    f"error: {_error}); call it in a cell to see the whole message. Note that W.grad is None "
-    "before W's first backward(), so clear it with W.grad = None rather than W.grad.zero_().",
+    f"error: {_error}); call it in a cell to see the whole message.",
 )
 check(
     isinstance(_result, tuple) and len(_result) == 2,
@@ -427,7 +432,11 @@ ax.set_ylabel("gradient")
 ax.set_title("A weight used 3 times: its gradient is the sum of 3 contributions")
 ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
 plt.tight_layout()
-plt.show()
+show_figure(
+    fig,
+    "Bars for the 9 entries of W: the gradient contributions of its 3 uses, each bar "
+    "starting where the previous one ended, and a black line at the shared W.grad.",
+)
 
 # %% [markdown]
 # ### Exercise 3 (2 points): count the uses in the graph
@@ -472,10 +481,15 @@ for _ in range(4):
     _h = torch.tanh(_W @ _h)
 _n, _error = attempt(count_uses, _h.sum(), _W)
 check(
+    _error is None or "is ambiguous" not in _error,
+    "count_uses(loss, W) raised an error that the truth value of a tensor is ambiguous: a "
+    "tensor was compared with ==, which compares values, element by element. Compare nodes "
+    "with `is`: child.variable is W.",
+)
+check(
     _error is None,
     "count_uses(loss, W) on the loss of 4 steps h = tanh(W @ h) raised an error (the error: "
-    f"{_error}); call it in a cell to see the whole message. Compare nodes with `is`: "
-    "child.variable is W, where == would compare the tensors' values.",
+    f"{_error}); call it in a cell to see the whole message.",
 )
 check(
     _n == 4,
@@ -687,10 +701,15 @@ for _branches in ([1], [1, 2, 2]):
     _net = copy.deepcopy(_start)
     _, _error = attempt(sgd_train, _net, _x, _branches, lr=0.1)
     check(
+        _error is None or "'NoneType'" not in _error,
+        f"sgd_train(net, x, branches, lr=0.1) on a new TwoBranch net raised an error about None "
+        f"(branches: {_branches}): a layer a step does not use has .grad None there: skip it "
+        "(if p.grad is not None).",
+    )
+    check(
         _error is None,
         f"sgd_train(net, x, branches, lr=0.1) on a new TwoBranch net raised an error (branches: "
-        f"{_branches}; the error: {_error}); call it in a cell to see the whole message. Note "
-        "that a layer a step does not use has .grad None there: skip it (if p.grad is not None).",
+        f"{_branches}; the error: {_error}); call it in a cell to see the whole message.",
     )
     _runs[len(_branches)] = _net
 

@@ -76,7 +76,7 @@ print("first y:", first_y.grad_fn, "  second y:", y.grad_fn)
 # only reaches the second. The picture shows two `MulBackward0` nodes, one per line of code:
 
 # %%
-draw(out)
+draw(out, params={"w1": w1, "w2": w2, "x": x})
 
 # %% [markdown]
 # ### Exercise 1 (2 points): the gradient of every `y`
@@ -118,10 +118,14 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     _result, _error = attempt(node_gradients, _w1, _w2, _x)
 check(
+    _error is None or "retain_grad" not in _error,
+    "node_gradients(w1=2, w2=2, x=4) called retain_grad() on a tensor that does not require "
+    "grad: retain_grad() works only on a tensor in the graph, not on a detach()ed one.",
+)
+check(
     _error is None,
     f"node_gradients(w1=2, w2=2, x=4) raised an error (the error: {_error}); call it in a cell "
-    "to see the whole message. Note that retain_grad() works only on a tensor in the graph, "
-    "not on a detach()ed one.",
+    "to see the whole message.",
 )
 check(
     isinstance(_result, tuple) and len(_result) == 2,
@@ -517,10 +521,20 @@ _b = torch.tensor(0.5, requires_grad=True)
 _ids, _ptrs = (id(_w), id(_b)), (_w.data_ptr(), _b.data_ptr())
 _, _error = attempt(sgd_step, [_w, _b], 0.1)
 check(
+    _error is None or "leaf Variable that requires grad" not in _error,
+    "sgd_step([w, b], lr=0.1) changed a leaf that requires a gradient in place while autograd "
+    "was recording, which PyTorch refuses: do the update inside `with torch.no_grad():`.",
+)
+check(
+    _error is None or "'NoneType'" not in _error,
+    "sgd_step([w, b], lr=0.1) used a `.grad` that was None, though w and b both had gradients: "
+    "the tensor it read was not a parameter of the list. `p = p - lr * p.grad` makes p a new "
+    "tensor, with no .grad: update the parameter itself, in place.",
+)
+check(
     _error is None,
-    "sgd_step([w, b], lr=0.1) raised an error: call it in a cell to see the whole message. If "
-    "PyTorch complains about 'a leaf Variable that requires grad is being used in an in-place "
-    f"operation', do the update inside `with torch.no_grad():` (PyTorch said: {_error}).",
+    f"sgd_step([w, b], lr=0.1) raised an error (the error: {_error}): call it in a cell of "
+    "your own to see the whole message.",
 )
 check(
     torch.allclose(_w.detach(), torch.tensor([0.9, 2.1, 2.8])) and abs(_b.item() - 0.1) < 1e-6,
@@ -713,7 +727,11 @@ right.set_xlabel("step")
 right.set_ylabel("mean squared error (log scale)")
 right.set_title("Loss")
 plt.tight_layout()
-plt.show()
+show_figure(
+    fig,
+    f"Left: the data and the line slope * x + intercept after {', '.join(map(str, snapshots))} "
+    f"steps of sgd_step. Right: the loss against the step, on a log scale, down to {losses[-1]:.4f}.",
+)
 
 # %% [markdown]
 # ## 4. Four ways to step outside the graph
@@ -795,7 +813,7 @@ z = x**3
 out = (y + z).sum()
 out.backward()
 print("x.grad =", x.grad, " (only d(x**3)/dx = 3; the y branch contributes nothing)")
-draw(out)
+draw(out, params={"x": x})
 
 # %% [markdown]
 # ## 5. Exercise 4 (2 points): a stop-gradient target
@@ -948,7 +966,11 @@ ax.set_xticks([0, 1, 2], ["w[0]", "w[1]", "w[2]"])
 ax.set_ylabel("d loss / d w")
 ax.set_title("The gradient with and without detach()")
 ax.legend(fontsize=8)
-plt.show()
+show_figure(
+    fig,
+    f"Bars of d loss / d w for w[0], w[1], w[2]: through both sides {full_grad.tolist()}, "
+    f"with the stop-gradient target {w.grad.tolist()}.",
+)
 
 # %% [markdown]
 # ## What you have seen

@@ -362,8 +362,12 @@ _model.rng = CountingRandom(0)
 _x, _y = torch.randn(6, 1, 28, 28), torch.randint(0, 10, (6,))
 _out, _error = attempt(_model, _x)
 check(
+    _error is None or "cannot be multiplied" not in _error,
+    f"DynamicNet on a batch of 6 images of shape (6, 1, 28, 28) multiplied matrices of shapes that do not fit (the error: {_error}): flatten x to (batch, 784) before input_linear, which expects 784.",
+)
+check(
     _error is None,
-    f"DynamicNet raised an error on a batch of 6 images of shape (6, 1, 28, 28) (the error: {_error}): does forward flatten x to (batch, 784) before input_linear, which expects 784?",
+    f"DynamicNet raised an error on a batch of 6 images of shape (6, 1, 28, 28) (the error: {_error}): call it in a cell of your own to see the whole message.",
 )
 check(
     _model.rng.calls == 1,
@@ -539,8 +543,12 @@ _model = three_layers()  # the layers alone: this check does not need your Dynam
 _x, _y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
 _grads, _error = attempt(per_use_grads, _model, _x, _y, 3)
 check(
+    _error is None or "cannot be multiplied" not in _error,
+    f"per_use_grads at depth 3 on a batch of 8 images of shape (8, 1, 28, 28) multiplied matrices of shapes that do not fit (the error: {_error}): flatten x to (batch, 784) before input_linear.",
+)
+check(
     _error is None,
-    f"per_use_grads raised an error at depth 3 on a batch of 8 images of shape (8, 1, 28, 28) (the error: {_error}): does it flatten x to (batch, 784) before input_linear?",
+    f"per_use_grads raised an error at depth 3 on a batch of 8 images of shape (8, 1, 28, 28) (the error: {_error}): call it in a cell of your own to see the whole message.",
 )
 check(
     isinstance(_grads, list) and len(_grads) == 3,
@@ -632,7 +640,16 @@ def fit(model, epochs=EPOCHS, seed=SEED, show=True):
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     name, history = type(model).__name__, []
     groups = {"loss": ["loss", "val_loss"], "accuracy": ["acc", "val_acc"]}  # 2 plots, 5 x 3 in
-    plot = PlotLosses(groups=groups, outputs=[MatplotlibPlot(cell_size=(5, 3))]) if show else None
+
+    def picture(fig):  # the live plot with its text alternative (show_figure: the setup cell)
+        show_figure(
+            fig,
+            f"{name}: the loss (left) and the accuracy (right) on the training and the test data "
+            f"after each epoch; after epoch {len(history)} the test accuracy is {history[-1]:.1%}.",
+        )
+
+    after = MatplotlibPlot(cell_size=(5, 3), after_plots=picture)
+    plot = PlotLosses(groups=groups, outputs=[after]) if show else None
     for epoch in range(epochs):
         model.train()  # evaluate() switched it to eval mode
         total, correct = 0.0, 0

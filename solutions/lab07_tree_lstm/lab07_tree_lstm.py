@@ -257,28 +257,33 @@ observe(
 
 
 # %%
-def make_dataset(n, seed):
-    rng = random.Random(seed)
-    trees = [make_tree(rng) for _ in range(n)]
-    return trees, torch.tensor([evaluate(t) for t in trees])
+def labels(trees):
+    """The labels of the trees: your evaluate's values (exercise 1)."""
+    return torch.tensor([evaluate(t) for t in trees])
 
 
-test_trees, test_labels = make_dataset(2000, seed=2)
-HELD_OUT = {to_string(t) for t in test_trees}
-
-
-def training_batch(rng, n):
-    """n fresh trees, none of them in the test set, and their labels."""
+def fresh_trees(rng, n):
+    """n fresh trees, none of them in the test set."""
     trees = []
     while len(trees) < n:
         tree = make_tree(rng)
         if to_string(tree) not in HELD_OUT:
             trees.append(tree)
-    return trees, torch.tensor([evaluate(t) for t in trees])
+    return trees
 
 
+def training_batch(rng, n):
+    """n fresh trees, none of them in the test set, and their labels."""
+    trees = fresh_trees(rng, n)
+    return trees, labels(trees)
+
+
+test_rng = random.Random(2)
+test_trees = [make_tree(test_rng) for _ in range(2000)]
+HELD_OUT = {to_string(t) for t in test_trees}
 train_rng = random.Random(1)
-sample_trees, sample_labels = training_batch(train_rng, 128)  # one batch, for the demos
+sample_trees = fresh_trees(train_rng, 128)  # one batch, for the demos
+test_labels, sample_labels = labels(test_trees), labels(sample_trees)  # needs exercise 1
 print("test set, value counts  :", torch.bincount(test_labels, minlength=10).tolist())
 print(
     "test set, height counts :",
@@ -491,8 +496,16 @@ _ok, _error = attempt(
     torch.autograd.gradcheck, lambda a, b, c: _cell(a, b, c, _parent), (_x, _ch, _cc)
 )
 check(
+    _error is None or not ("double" in _error.lower() and "float" in _error.lower()),
+    f"gradcheck of the float64 cell raised an error that mixes Float and Double (the error: {_error}): a tensor you create inside forward is float32: make it with x.new_zeros(...) so it follows x's dtype.",
+)
+check(
+    _error is None or "Jacobian mismatch" not in _error,
+    "gradcheck in float64: autograd's gradients through the cell and the finite differences disagree, so autograd misses part of how the outputs depend on the inputs: something in forward is cut from the graph (.item(), .detach(), .data, torch.no_grad).",
+)
+check(
     _error is None and _ok,
-    f"gradcheck failed in float64 ({_error or 'autograd and finite differences disagree'}). If that is about Float and Double, a tensor you create inside forward is float32: make it with x.new_zeros(...) so it follows x's dtype. Otherwise something in forward is not differentiable (.item(), .detach(), .data, torch.no_grad).",
+    f"gradcheck of the float64 cell failed (the error: {_error}): run it on these inputs in a cell of your own to see the whole message.",
 )
 ### BEGIN HIDDEN TESTS
 from grader_observe import observe
@@ -691,8 +704,12 @@ _tree = parse("[MAX 2 9 [MIN 4 7 ] 0 ]")
 with CallCounter(_model.cell) as _count:
     _out, _error = attempt(encode_recursive, _model, _tree)
 check(
+    _error is None or "out of bounds" not in _error,
+    f"encode_recursive(model, tree) on [MAX 2 9 [MIN 4 7 ] 0 ] gave the cell a parent index out of bounds (the error: {_error}): an inner node calls the cell with x of one row (its own token), and all its children belong to that one node, so parent is 0 for every child row, not 0, 1, 2, ...",
+)
+check(
     _error is None,
-    f"encode_recursive(model, tree) raised an error on [MAX 2 9 [MIN 4 7 ] 0 ] (the error: {_error}). A common cause: an inner node calls the cell with x of one row (its own token), and all its children belong to that one node, so parent is 0 for every child row, not 0, 1, 2, ...",
+    f"encode_recursive(model, tree) raised an error on [MAX 2 9 [MIN 4 7 ] 0 ] (the error: {_error}): call it in a cell of your own to see the whole message.",
 )
 check(
     isinstance(_out, tuple) and len(_out) == 2 and all(isinstance(t, torch.Tensor) for t in _out),
@@ -818,7 +835,11 @@ small_h, _ = encode_recursive(small_model, small_tree)
 fig, ax = plt.subplots(figsize=(2.8, 2.6))
 plot_tree(small_tree, ax)
 ax.set_title(to_string(small_tree), fontsize=9)
-plt.show()
+show_figure(
+    fig,
+    f"The tree {to_string(small_tree)} drawn by height: its leaves at height 1, each "
+    "operator one above its tallest child.",
+)
 draw(small_h, params=dict(small_model.named_parameters()))
 
 # %% [markdown]
@@ -1094,6 +1115,7 @@ def recursive_batch(model, trees):
     return torch.cat([encode_recursive(model, t)[0] for t in trees])
 
 
+check(defined("sample_labels"), "Run the data cell of section 1 first (it needs exercise 1).")
 window = 0.1 if GRADING else 3.0
 rec_speed = time_steps(recursive_batch, sample_trees, sample_labels, window)
 bat_speed = time_steps(encode_batched, sample_trees, sample_labels, window)
@@ -1149,9 +1171,10 @@ def train(logits_fn, params, seconds, batch=128, lr=3e-3, name="model"):
         loss.backward()
         opt.step()
         losses.append(loss.item())
-        if len(losses) % 100 == 0:
-            bar.update(round(min(elapsed, seconds) - bar.n, 1))
+        if len(losses) % 100 == 0:  # whole seconds on the bar
+            bar.update(int(min(elapsed, seconds)) - bar.n)
             bar.set_postfix(loss=f"{sum(losses[-100:]) / 100:.3f}")
+    bar.update(bar.total - bar.n)  # the time is up: the bar ends full
     bar.close()
     return losses
 
@@ -1179,13 +1202,18 @@ lstm_acc = test_accuracy(lstm_model)
 print(f"LSTM     : {len(lstm_losses)} steps in {LSTM_SECONDS}s, test accuracy {lstm_acc:.1%}")
 
 # %%
+check(defined("tree_losses"), "Run the training cell above first (it needs exercises 1 to 4).")
 fig, ax = plt.subplots(figsize=(7, 3.5))
 ax.plot(tree_losses, label=f"Tree-LSTM (test accuracy {tree_acc:.1%})", alpha=0.8)
 ax.plot(lstm_losses, label=f"LSTM (test accuracy {lstm_acc:.1%})", alpha=0.8)
 ax.set_xlabel("training step (batch of 128)")
 ax.set_ylabel("cross-entropy")
 ax.legend()
-plt.show()
+show_figure(
+    fig,
+    f"The training loss (cross-entropy) against the step: the Tree-LSTM (test accuracy "
+    f"{tree_acc:.1%}) and the LSTM (test accuracy {lstm_acc:.1%}).",
+)
 
 # %% [markdown]
 # ## What you have seen

@@ -359,6 +359,17 @@ check(
     "t * 2.0 hands pack no tensor (the 2.0 is kept as a wrapped number, outside the hooks): "
     "expected 0 bytes.",
 )
+_n = saved_bytes(lambda t: t[:5].sin(), _x)
+check(
+    _n != 40,
+    "x[:5].sin() saves the view x[:5], 5 x 4 = 20 bytes, but saved_bytes says 40: the bytes of "
+    "the whole storage the view shares with x. Count the tensor's own elements, "
+    "numel() * element_size(), not its storage.",
+)
+check(
+    _n == 20,
+    f"x[:5].sin() saves the view x[:5], 5 x 4 = 20 bytes (saved_bytes says {_n}).",
+)
 _net = DynamicNet(32, 64, 10, seed=5)
 _draws = random.Random(5)
 for _ in range(4):
@@ -395,6 +406,7 @@ _fns = {
         torch.tanh(t.reshape(t.shape[0], -1)) @ t.reshape(t.shape[0], -1).T
     ),
     "x.sigmoid().sum() * 3": lambda t: t.sigmoid().sum() * 3,
+    "x[1:].sin() (a view)": lambda t: t[1:].sin(),
 }
 _record = {}
 for _shape in ((3,), (4, 5), (2, 3, 2)):
@@ -1033,7 +1045,11 @@ ax.axhline(rows[0][1], color="gray", linestyle="--", label="plain pass (kept = h
 ax.set(xlabel="extra ms per pass (recomputation)", ylabel="high-water MiB")
 ax.set_title("memory against recomputation, one point per segment count", fontsize=10)
 ax.legend()
-plt.show()
+show_figure(
+    fig,
+    "The high-water MiB against the extra ms per pass, one point per segment count, "
+    "and a dashed line at the plain pass.",
+)
 
 # %% [markdown]
 # Read the table. Every segment count reruns each use of the middle layer once (the reruns

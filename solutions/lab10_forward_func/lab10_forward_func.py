@@ -374,7 +374,11 @@ ax.loglog(inputs, rev_ms, "s-", label="jacrev (a row per vjp)")
 ax.set_xlabel("n inputs (m = 16384 / n outputs)")
 ax.set_ylabel("ms")
 ax.legend()
-plt.show()
+show_figure(
+    fig,
+    "Milliseconds against n inputs (m = 16384 / n outputs), log-log: jacfwd as circles, "
+    "jacrev as squares; the table above has the numbers.",
+)
 
 # %% [markdown]
 # Read your own table: where `n` is small and `m` large, `jacfwd` should win, and the other
@@ -489,10 +493,15 @@ _xs = torch.randn(6, 3, dtype=torch.float64)
 _ys = torch.randint(0, 4, (6,))
 _got, _error = attempt(per_sample_grads, _model, _xs, _ys, 2)
 check(
+    _error is None or "mapped dimension" not in _error,
+    "per_sample_grads(model, xs, ys, depth=2): vmap found different sizes in the mapped "
+    "dimension, so it sliced something all samples share, the parameters: "
+    "in_dims=(None, 0, 0).",
+)
+check(
     _error is None,
     "per_sample_grads(model, xs, ys, depth=2) for 6 samples raised an error (the error: "
-    f"{_error}). A complaint of vmap about a size means it sliced the parameters too, which all "
-    "samples share: in_dims=(None, 0, 0).",
+    f"{_error}); call it in a cell of your own to see the whole message.",
 )
 _names = [_name for _name, _ in _model.named_parameters()]
 check(
@@ -638,10 +647,16 @@ _x = torch.randn(4, dtype=torch.float64, generator=_gen)
 _v = torch.randn(4, dtype=torch.float64, generator=_gen)
 _hv, _error = attempt(hvp, _f, _x, _v)
 check(
+    _error is None or "does not require grad" not in _error,
+    "hvp(f, x, v) raised an error that a tensor does not require grad: one of its two gradients "
+    "was of a tensor without a graph. Either xl does not require grad (make it with "
+    "x.detach().requires_grad_()) or g was computed without create_graph=True, which makes it "
+    "a constant.",
+)
+check(
     _error is None,
-    f"hvp(f, x, v) raised an error (the error: {_error}). An error that a tensor does not "
-    "require grad means the first gradient was computed without create_graph=True, so it is a "
-    "constant that cannot be differentiated again.",
+    f"hvp(f, x, v) raised an error (the error: {_error}); call it in a cell of your own to see "
+    "where.",
 )
 check(
     isinstance(_hv, torch.Tensor) and _hv.shape == _x.shape and _hv.dtype == _x.dtype,
@@ -895,11 +910,21 @@ _x = torch.tensor([[-3.0, -0.5, 0.0], [0.25, 1.0, 4.0]], dtype=torch.float64)
 _w = torch.tensor([[1.0, -2.0, 0.5], [3.0, 1.0, -1.0]], dtype=torch.float64)
 _want_s = _x / (1 + _x.abs())
 _want_d = 1 / (1 + _x.abs()) ** 2
+check(
+    Softsign.setup_context is not torch.autograd.Function.setup_context,
+    "Softsign has no setup_context staticmethod, which torch.func needs: write forward(x) "
+    "without ctx, and setup_context(ctx, inputs, output) that saves x.",
+)
 _s, _error = _run(Softsign.apply, _x)
 check(
+    _error is None or Softsign.forward.__code__.co_argcount == 1,
+    f"Softsign.apply(x) raised an error (the error: {_error}), and forward takes more than one "
+    "argument: with a setup_context, forward takes x alone (no ctx).",
+)
+check(
     _error is None,
-    f"Softsign.apply(x) raised an error (the error: {_error}). forward takes x alone (no ctx), "
-    "and setup_context(ctx, inputs, output) saves what backward and jvp need.",
+    f"Softsign.apply(x) raised an error (the error: {_error}); call it in a cell of your own "
+    "to see where.",
 )
 check(
     isinstance(_s, torch.Tensor) and _s.shape == _x.shape and _s.dtype == _x.dtype,
@@ -910,10 +935,17 @@ check(
     "Softsign.apply(x) should be x / (1 + |x|), elementwise: check the forward staticmethod.",
 )
 _g, _error = _run(torch.func.grad(lambda t: (_w * Softsign.apply(t)).sum()), _x)
+_saved, _ = _run(lambda: len(Softsign.apply(_x.clone().requires_grad_()).grad_fn.saved_tensors))
+check(
+    _error is None or _saved != 0,
+    f"torch.func.grad of a sum of Softsign.apply raised an error (the error: {_error}), and "
+    "setup_context saved no tensor for backward: save x with ctx.save_for_backward(x) there "
+    "(backward's ctx.saved_tensors holds only those).",
+)
 check(
     _error is None,
-    f"torch.func.grad of a sum of Softsign.apply raised an error (the error: {_error}). "
-    "torch.func needs forward(x) without ctx and a setup_context staticmethod.",
+    f"torch.func.grad of a sum of Softsign.apply raised an error (the error: {_error}); run "
+    "torch.func.grad(lambda t: Softsign.apply(t).sum())(x) in a cell of your own to see where.",
 )
 check(
     isinstance(_g, torch.Tensor) and _g.shape == _x.shape and _g.dtype == _x.dtype,
@@ -929,9 +961,16 @@ check(
 )
 _v, _error = _run(torch.func.vmap(Softsign.apply), _x)
 check(
+    _error is None
+    or getattr(Softsign, "generate_vmap_rule", False)
+    or Softsign.vmap is not torch.autograd.Function.vmap,
+    "vmap(Softsign.apply) raised an error, and Softsign has no vmap rule: set the class "
+    "attribute generate_vmap_rule = True (or write a vmap staticmethod).",
+)
+check(
     _error is None,
-    f"vmap(Softsign.apply) raised an error (the error: {_error}). Set the class attribute "
-    "generate_vmap_rule = True (or write a vmap staticmethod).",
+    f"vmap(Softsign.apply) raised an error (the error: {_error}); run it in a cell of your own "
+    "to see where.",
 )
 check(
     isinstance(_v, torch.Tensor) and _v.shape == _x.shape and torch.allclose(_v, _want_s),
@@ -945,9 +984,15 @@ check(
 )
 _t, _error = _run(torch.func.jvp, Softsign.apply, (_x,), (_w,))
 check(
+    _error is None or not _error.startswith("ValueError: not enough values to unpack"),
+    "torch.func.jvp(Softsign.apply, ...) raised ValueError: not enough values to unpack: "
+    "ctx.saved_tensors held fewer tensors than unpacked. In jvp it holds only what "
+    "setup_context saved with ctx.save_for_forward.",
+)
+check(
     _error is None,
-    f"torch.func.jvp(Softsign.apply, ...) raised an error (the error: {_error}). Write a jvp "
-    "staticmethod of your own, and save what it reads with ctx.save_for_forward in setup_context.",
+    f"torch.func.jvp(Softsign.apply, ...) raised an error (the error: {_error}); run it in a "
+    "cell of your own to see where.",
 )
 _t = _t[1]
 check(

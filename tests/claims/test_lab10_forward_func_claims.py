@@ -424,13 +424,16 @@ def test_create_graph_records_the_backward_pass():
 
 @claim(
     LAB,
-    "require grad means the first gradient was computed without create_graph=True",
+    "x.detach().requires_grad_()) or g was computed without create_graph=True, which makes it",
 )
 def test_without_create_graph_the_second_grad_raises():
     xl = X.clone().requires_grad_()
     (g,) = torch.autograd.grad((xl**3).sum(), xl)
+    assert g.grad_fn is None and not g.requires_grad  # a constant
     with pytest.raises(RuntimeError, match="does not require grad"):
         torch.autograd.grad((g * V).sum(), xl)
+    with pytest.raises(RuntimeError, match="does not require grad"):  # xl without a graph
+        torch.autograd.grad((X.detach() ** 3).sum(), X.detach())
 
 
 @claim(
@@ -663,7 +666,7 @@ def test_the_lab_filters_that_warning_only():
     assert [str(w.message) for w in caught] == ["something else"]
 
 
-@claim(LAB, "samples share: in_dims=(None, 0, 0).")
+@claim(LAB, "dimension, so it sliced something all samples share, the parameters:")
 def test_vmapping_the_parameters_too_is_a_size_error():
     model = DynamicNet(3, 5, 4, seed=0)
     params = {n: p.detach() for n, p in model.named_parameters()}

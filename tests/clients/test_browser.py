@@ -23,7 +23,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from helpers import free_port
+from helpers import OUTPUT_PX, free_port
 
 from graders.build import source_notebook
 from graders.course import REPO
@@ -51,6 +51,9 @@ CHROMIUM_ARGS = [
 STEP_MS = 120_000  # the longest any one step (page load, running all cells) may take
 
 pytestmark = pytest.mark.timeout(480)
+# a picture's text alternative, its natural width, and the width of the output area it is in
+PICTURE_JS = """node => ({alt: node.alt, natural: node.naturalWidth,
+  area: node.closest('.jp-OutputArea-output').clientWidth})"""
 KERNEL_IDLE = (
     "window.jupyterapp?.shell.currentWidget?.sessionContext?.session?.kernel?.status === 'idle'"
 )
@@ -187,11 +190,22 @@ def test_a_lab_runs_in_jupyterlab_with_nbgrader(jupyterlab):
         browser, page = browser_page(playwright)
         try:
             open_and_run_all(page, base, token, LAB)
-            graph = page.locator(".jp-RenderedSVG img, .jp-RenderedSVG svg").first
+            graph = page.locator(".jp-OutputArea-output img").first
             graph.wait_for(state="visible")
             graph.scroll_into_view_if_needed()
             box = graph.bounding_box()
             assert box and box["width"] > 50 and box["height"] > 50, f"graph picture is {box}"
+            seen = graph.evaluate(PICTURE_JS)
+            # the output area is at least as wide as tests/helpers.py's OUTPUT_PX, which the
+            # executed labs' pictures are held to; each picture is shown at its own size
+            assert seen["area"] >= OUTPUT_PX, seen
+            assert seen["alt"] and seen["natural"] <= seen["area"], seen
+            # the setup cell is collapsed: JupyterLab shows its first line, which says what it does
+            placeholder = page.locator(".jp-Notebook .jp-CodeCell").first.locator(
+                ".jp-InputPlaceholder"
+            )
+            assert placeholder.is_visible(), "the setup cell is not collapsed"
+            assert "@title Setup" in placeholder.inner_text()
             page.screenshot(path=str(SCREENSHOT))
         finally:
             browser.close()

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import complete_notebook, errors
+from helpers import complete_notebook, errors, student_view_problems
 
 from graders.course import LABS, REPO
 
@@ -117,6 +117,8 @@ def test_every_release_runs_on_a_laptop_with_the_readme_packages(laptop, lab, tm
     run_on_laptop(laptop, nb, workdir, network=not offline)
     problems = errors(nb)
     assert not problems, f"{lab} fails on the laptop:\n" + "\n".join(problems)
+    shown = student_view_problems(nb)
+    assert not shown, f"{lab} shows a student too much on the laptop:\n" + "\n".join(shown)
     if offline:
         printed = "\n".join(
             o.get("text", "")

@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
-from helpers import complete_notebook, errors
+from helpers import complete_notebook, errors, student_view_problems
 
 from graders import sandbox, sandbox_argv, sandbox_kernel
 from graders.build import source_notebook
@@ -70,6 +70,21 @@ def test_draw_makes_a_picture_with_a_dot_program():
     svg = picture._repr_svg_()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg
     assert "TanhBackward0" in svg and ">W" in svg  # a node and the named leaf
+
+
+def test_a_big_graph_is_drawn_no_wider_than_the_output_area_with_a_text_alternative():
+    """draw() of a graph of 100 operations: the picture is at most WIDEST_PT wide (Graphviz's
+    natural size is wider), its HTML form an <img> whose alt says what the graph holds."""
+    namespace = setup_namespace()
+    if not namespace["_dot_programs"]():
+        pytest.skip("no dot program (pip install -e .)")
+    x = torch.ones(3, requires_grad=True)
+    outs = [(x * k).sin() for k in range(50)]
+    picture = namespace["draw"](sum(outs))
+    width = float(re.search(r'<svg width="([0-9.]+)pt"', picture.svg).group(1))
+    assert width <= namespace["WIDEST_PT"]
+    page = picture._repr_html_()
+    assert page.startswith('<img alt="the autograd graph: ') and "50 SinBackward0" in page
 
 
 def test_a_dot_on_path_comes_first(tmp_path, monkeypatch):
@@ -252,6 +267,8 @@ def test_release_runs_outside_the_repository(lab, tmp_path):
     execute_outside(nb, workdir, tmp_path / "scratch")
     problems = errors(nb)
     assert not problems, f"{lab}, filled in, fails outside the repository:\n" + "\n".join(problems)
+    shown = student_view_problems(nb)
+    assert not shown, f"{lab}, filled in, shows a student too much:\n" + "\n".join(shown)
     if lab in {"lab01_graph", "lab02_backprop"}:
         pictures = [
             o
@@ -262,3 +279,21 @@ def test_release_runs_outside_the_repository(lab, tmp_path):
         assert pictures, (
             f"{lab} draws graphs, but no picture came out (is graphviz-pure installed?)"
         )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lab", LABS)
+def test_a_blank_release_says_one_sentence_where_work_is_left(lab, tmp_path):
+    """The release as handed out, every exercise blank, run top to bottom: each check (and
+    each cell that needs an exercise) says in one line what is not done yet, never a
+    traceback; no output longer than a screen, no picture wider than the output area."""
+    needs_sandbox()
+    workdir = tmp_path / "student" / lab
+    shutil.copytree(REPO / "labs" / lab, workdir)
+    nb = nbformat.read(workdir / f"{lab}.ipynb", as_version=4)
+    execute_outside(nb, workdir, tmp_path / "scratch")
+    checks = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    failed = [c for c in checks if any(o.output_type == "error" for o in c.outputs)]
+    assert failed, f"{lab}: no check failed on the blank release: were the exercises run?"
+    shown = student_view_problems(nb)
+    assert not shown, f"{lab}, as released, shows a student too much:\n" + "\n".join(shown)
