@@ -358,7 +358,8 @@ def backup(to: Path | None = None) -> Path:
     state = read_state()
     if not state:
         raise SystemExit("make hub-backup: no term here")
-    BACKUPS.mkdir(mode=0o700, exist_ok=True)
+    if to is None:
+        BACKUPS.mkdir(mode=0o700, exist_ok=True)
     target = to or BACKUPS / f"term-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz"
     shadow = {line.split(":")[0]: line.split(":")[1]
               for line in Path("/etc/shadow").read_text().splitlines()}  # fmt: skip

@@ -689,7 +689,7 @@ def test_a_student_reads_no_secret_anywhere(hub):
     holding = {name: found for name, found in held.items() if len(found) >= 3}
     print(f"{two} reads {readable} files; {len(candidates)} share a line with a secret, "
           f"{len(holding)} hold secret code ({time.monotonic() - started:.0f} s): "
-          f"{ {n: f[:2] for n, f in held.items()} }")  # fmt: skip
+          f"{ {n: f[:2] for n, f in list(held.items())[:5]} }")  # fmt: skip
     assert readable > 1000, result.stderr[-2000:]  # the walk walked
     assert holding == {}, holding
     shutil.rmtree(walk)
@@ -789,7 +789,10 @@ def test_a_backup_restores_into_a_fresh_hub(hub, tmp_path):
     hub["proc"], took = start_hub(hub["log"], hub["port"])
     print(f"restored and usable after {time.monotonic() - started:.0f} s")
     assert read_state()["passwords"] == hub["passwords"]
-    assert contents(*kept) == before
+    after = contents(*kept)
+    ledger = str(Path(hub["exchange"]) / ".handed-in-times.json")  # the restore's record
+    assert after.pop(ledger).startswith(hub["instructor"] + " ")
+    assert after == before
     assert http_log_in(hub, one, hub["passwords"][one])
     stamps = {s: (course / "submitted" / s / LAB / "timestamp.txt").read_text() for s in (one, two)}
     said = nbgrader(hub, hub["instructor"], "collect", "--update", LAB)
