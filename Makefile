@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # have it beside the repository; users do not, and get the offline sample instead).
 export COURSE_MNIST_MIRROR ?= $(wildcard $(abspath ../shared/data))
 
-.PHONY: help install sandbox browser build data demo autograde report test test-fast format lab hub hub-stop clean
+.PHONY: help install sandbox browser build data demo autograde report test test-fast format lab hub hub-stop hub-destroy hub-add-student hub-remove-student hub-backup hub-restore clean
 
 help:
 	@echo "make demo       set up .venv, build the labs, grade the demo class, print the grades"
@@ -20,7 +20,12 @@ help:
 	@echo "make report     the class report (report/index.html) and grades-wide.csv for the LMS"
 	@echo "make lab        open JupyterLab on labs/"
 	@echo "make hub        the course on a JupyterHub here: accounts, exchange, course (docs/hub.md)"
-	@echo "make hub-stop   stop the hub and remove its accounts and files (Ctrl-C does too)"
+	@echo "make hub-stop   stop the hub, keep the term (Ctrl-C does too; make hub resumes it)"
+	@echo "make hub-destroy  remove the term: accounts, homes, exchange, gradebook (docs/hub.md)"
+	@echo "make hub-add-student NAME=dgl-ada FIRST=Ada LAST=Lovelace   a student joins the term"
+	@echo "make hub-remove-student NAME=dgl-ada                         a student leaves it"
+	@echo "make hub-backup [TO=file]   the term in one archive (/srv/dgl-hub-backups/)"
+	@echo "make hub-restore FROM=file  a term from a backup, on a machine with none"
 
 # The virtual environment is (re)made when pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -97,12 +102,28 @@ lab: install
 
 # The course on a real JupyterHub on this machine, as root (hub/, docs/hub.md): an instructor
 # and HUB_STUDENTS Unix accounts, nbgrader's exchange, the labs in HUB_LABS built as the
-# instructor; prints the address and the accounts. Ctrl-C or `make hub-stop` removes it all.
+# instructor; prints the address and the accounts. Ctrl-C or `make hub-stop` stops it and keeps
+# the term (the next `make hub` resumes it); `make hub-destroy` removes the term.
 hub: install sandbox
 	$(PY) -m hub start
 
 hub-stop:
 	$(PY) -m hub stop
+
+hub-destroy:
+	$(PY) -m hub destroy
+
+hub-add-student:
+	$(PY) -m hub add-student "$(NAME)" --first="$(FIRST)" --last="$(LAST)" $(if $(EMAIL),--email="$(EMAIL)")
+
+hub-remove-student:
+	$(PY) -m hub remove-student "$(NAME)"
+
+hub-backup:
+	$(PY) -m hub backup $(if $(TO),--to="$(TO)")
+
+hub-restore:
+	$(PY) -m hub restore "$(FROM)"
 
 clean:
 	rm -rf build autograded feedback gradebook.db grades.csv grades-wide.csv grading-log.jsonl timings.csv report .pytest_cache

@@ -1,9 +1,11 @@
 """`make hub`: the course on a real JupyterHub on this machine (docs/hub.md).
 
-One concern per module: `accounts` (the Unix users), `runtime` (a Python every account can
-run, and the proxy), `exchange` (nbgrader's exchange folder, and the two exchange steps
-tightened so that a student reads nothing of another's), `course` (the instructor's course
-and each account's Jupyter configuration), `cli` (start, stop: `python -m hub`), and
+One concern per module: `accounts` (the Unix users), `runtime` (the accounts' Python, which
+holds nothing of the course, the view a student's server runs in, and the proxy),
+`exchange` (nbgrader's exchange folder; submit and release_feedback tightened so that a
+student reads nothing of another's; collect deciding who handed in and when), `course`
+(the instructor's course and each account's Jupyter configuration), `cli` (start, stop,
+destroy, the roster, backup and restore: `python -m hub`), and
 `jupyterhub_config.py` (JupyterHub's configuration, read from the state `cli` writes).
 """
 
@@ -14,7 +16,7 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-# Everything the hub makes outside the accounts' homes lives here; `make hub-stop` removes it.
+# Everything of the term outside the accounts' homes lives here; `make hub-destroy` removes it.
 STATE = Path(os.environ.get("COURSE_HUB_STATE", "/srv/dgl-hub"))
 PREFIX = "dgl-"  # every Unix account and group the hub creates starts with this
 MARK = "dynamic-graphs course hub account"  # their GECOS field: how hub-stop knows them

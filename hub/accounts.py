@@ -38,7 +38,7 @@ def create_account(name: str) -> str:
     if not name.startswith(PREFIX):
         raise ValueError(f"hub accounts start with {PREFIX}: {name}")
     if exists(name):
-        raise SystemExit(f"a user {name} exists already: `make hub-stop` first")
+        raise SystemExit(f"a user {name} exists already: `make hub-destroy` first")
     _run(
         "useradd", "--create-home", "--user-group", "--shell", "/bin/bash", "--comment", MARK, name
     )

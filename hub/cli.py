@@ -1,9 +1,12 @@
-"""`python -m hub start` (`make hub`) and `python -m hub stop` (`make hub-stop`).
+"""`python -m hub start` (`make hub`), `stop` (`make hub-stop`), `destroy` (`make hub-destroy`).
 
-start: makes the accounts, the course, the exchange and the hub's state, starts JupyterHub,
-prints the address and the accounts, and waits; Ctrl-C (or SIGTERM, or `make hub-stop`)
-stops JupyterHub and removes everything the hub made. stop: the same removal, also after a
-crash (the accounts are found by their prefix and mark).
+A term persists: start makes the accounts, the course, the exchange and the hub's state the
+first time, and resumes them (the same accounts, passwords, homes, gradebook, hand-ins and
+feedback) every later time; it starts JupyterHub, prints the address and the accounts, and
+waits. Ctrl-C (or SIGTERM, or `make hub-stop`) stops JupyterHub and every account's server
+and keeps everything. destroy removes the term: the accounts, their homes, /srv/dgl-hub,
+and what the accounts left in /tmp (also after a crash: the accounts are found by their
+prefix and mark).
 """
 
 from __future__ import annotations
@@ -12,16 +15,27 @@ import argparse
 import functools
 import json
 import os
+import pwd
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
+from pathlib import Path
 
-from hub import INSTRUCTOR, REPO, STATE, course_id, student_names
-from hub.accounts import create_account, hub_accounts, join_group, remove_accounts
+from hub import INSTRUCTOR, PREFIX, REPO, STATE, course_id, student_names
+from hub.accounts import (
+    create_account,
+    exists,
+    hub_accounts,
+    join_group,
+    kill_processes,
+    remove_accounts,
+)
 from hub.course import configure_account, install_course
 from hub.exchange import make_exchange
 from hub.runtime import proxy, user_python
@@ -68,9 +82,21 @@ def set_up(students: int, port: int, ip: str, labs: list[str], say=None) -> dict
         raise SystemExit(
             f"make hub: a hub runs already (pid {read_state()['pid']}): `make hub-stop`"
         )
+    earlier = read_state()
+    if earlier.get("passwords") and all(exists(n) for n in earlier["passwords"]):
+        say(f"resuming the term in {STATE}: its accounts, course, exchange and gradebook")
+        earlier.update(
+            pid=os.getpid(), ip=ip, port=port, hub_port=free_port(),
+            proxy_api_port=free_port(), python=str(user_python(STATE)), proxy=str(proxy()),
+            resumed=True,
+        )  # fmt: skip
+        STATE_FILE.write_text(json.dumps(earlier, indent=1))
+        return earlier
     if STATE.exists() or hub_accounts():
-        say("removing what an earlier hub left")
-        tear_down(say=lambda *_: None)
+        raise SystemExit(
+            f"make hub: {STATE} or hub accounts exist, but no whole term to resume "
+            "(an interrupted first start?): `make hub-destroy` removes them"
+        )
     started = time.monotonic()
     STATE.mkdir(parents=True)
     STATE.chmod(0o755)
@@ -85,7 +111,14 @@ def set_up(students: int, port: int, ip: str, labs: list[str], say=None) -> dict
     say(f"building the course as {INSTRUCTOR}: {' '.join(labs)}")
     root = install_course(INSTRUCTOR, python, labs)
     for name in accounts:
-        configure_account(name, course, STATE / "exchange", root if name == INSTRUCTOR else None)
+        configure_account(
+            name, course, STATE / "exchange", root if name == INSTRUCTOR else None, python
+        )
+    names = {}
+    for number, name in enumerate(student_names(students), 1):  # the gradebook's roster
+        names[name] = ["Student", str(number)]
+        add = ["db", "student", "add", name, "--first-name=Student", f"--last-name={number}"]
+        instructor_nbgrader({"python": str(python), "course_root": str(root)}, *add)
     state = {
         "pid": os.getpid(),
         "ip": ip,
@@ -102,6 +135,8 @@ def set_up(students: int, port: int, ip: str, labs: list[str], say=None) -> dict
         "exchange": str(exchange),
         "labs": labs,
         "setup_s": round(time.monotonic() - started, 1),
+        "roster_token": secrets.token_hex(32),
+        "names": names,
     }
     STATE_FILE.write_text(json.dumps(state, indent=1))
     STATE_FILE.chmod(0o600)
@@ -147,24 +182,60 @@ def stop_process(proc_or_pid, grace_s: float = 30) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
-def tear_down(say=print) -> None:
-    """Stop JupyterHub and its proxy where they still run, remove the accounts and STATE."""
+def halt() -> None:
+    """Stop JupyterHub, its proxy and every process of the hub's accounts; keep all files."""
     private = STATE / "private"
     for name in ("jupyterhub.pid", "jupyterhub-proxy.pid"):
         try:
             stop_process(int((private / name).read_text().strip()), grace_s=15)
         except (OSError, ValueError):
             pass
-    names = remove_accounts()
+    kill_processes({pwd.getpwnam(n).pw_uid for n in hub_accounts()})
+
+
+def leftovers(uids: set[int], names: set[str]) -> list[Path]:
+    """What the accounts made in the machine's shared temporary folders (torch's
+    /tmp/torchinductor_<user>, the grader's /tmp/grading-kernels-<uid>, anything else)."""
+    found = []
+    for tmp in (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")):
+        try:
+            entries = list(tmp.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                owner = entry.lstat().st_uid
+            except OSError:
+                continue
+            named = any(entry.name.endswith(f"_{n}") or entry.name.endswith(f"-{u}")
+                        for n in names for u in uids)  # fmt: skip
+            if owner in uids or (named and entry.name.startswith(("torchinductor", "grading"))):
+                found.append(entry)
+    return found
+
+
+def tear_down(say=print) -> None:
+    """Remove the term: stop everything, remove the accounts, their homes, what they left
+    in the temporary folders, and STATE."""
+    halt()
+    names = hub_accounts()
+    uids = {pwd.getpwnam(n).pw_uid for n in names}
+    for entry in leftovers(uids, set(names)):
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+    removed = remove_accounts()
     shutil.rmtree(STATE, ignore_errors=True)
-    say(f"hub stopped; removed {len(names)} account(s) and {STATE}")
+    say(f"the term is removed: {len(removed)} account(s), their homes, {STATE}")
 
 
 def start(args) -> int:
+    fresh = not read_state()
     try:
         state = set_up(args.students, args.port, args.ip, args.labs)
-    except BaseException:  # a half-made hub is removed again (not one that runs already)
-        if not alive(read_state().get("pid")) or read_state().get("pid") == os.getpid():
+    except BaseException:  # a half-made first start is removed again (never a term)
+        if fresh and not read_state().get("resumed") and not alive(read_state().get("pid")):
             tear_down(say=lambda *_: None)
         raise
     log_path = STATE / "private" / "jupyterhub.log"
@@ -189,8 +260,170 @@ def start(args) -> int:
                 time.sleep(0.5)
         finally:
             stop_process(hub)
-            tear_down()
+            halt()
+            print(f"hub stopped; the term is kept in {STATE} and the accounts' homes "
+                  "(`make hub` resumes it, `make hub-destroy` removes it)", flush=True)  # fmt: skip
     return 0
+
+
+def hub_api(state: dict, method: str, path: str) -> int | None:
+    """A call of JupyterHub's REST API as the roster service; its HTTP status, None where no
+    hub runs."""
+    if not alive(state.get("pid")):
+        return None
+    url = f"http://{state['ip']}:{state['port']}/hub/api/{path}"
+    request = urllib.request.Request(url, method=method)
+    request.add_header("Authorization", f"token {state['roster_token']}")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def instructor_nbgrader(state: dict, *args: str) -> None:
+    from hub.accounts import as_user
+
+    python = state["python"]
+    path = f"{Path(python).parent}:/usr/local/bin:/usr/bin:/bin"
+    result = as_user(INSTRUCTOR, [python, "-m", "nbgrader", *args], path=path,
+                     cwd=state["course_root"])  # fmt: skip
+    if result.returncode != 0:
+        raise SystemExit(f"nbgrader {' '.join(args)} failed:\n{result.stderr[-2000:]}")
+
+
+def add_student(name: str, first: str, last: str, email: str | None = None) -> str:
+    """A student joins the term: their account (password, home, group, Jupyter settings),
+    their gradebook row with their name, and their JupyterHub user if the hub runs."""
+    state = read_state()
+    if not state:
+        raise SystemExit("make hub-add-student: no term here (`make hub` makes one)")
+    if not name.startswith(PREFIX):
+        name = PREFIX + name
+    password = create_account(name)
+    join_group(INSTRUCTOR, name)
+    configure_account(name, state["course_id"], STATE / "exchange", None, Path(state["python"]))
+    extra = [f"--email={email}"] if email else []
+    instructor_nbgrader(state, "db", "student", "add", name, f"--first-name={first}",
+                        f"--last-name={last}", *extra)  # fmt: skip
+    state["students"].append(name)
+    state["passwords"][name] = password
+    state.setdefault("names", {})[name] = [first, last]
+    STATE_FILE.write_text(json.dumps(state, indent=1))
+    hub_api(state, "POST", f"users/{name}")
+    print(f"student {name} ({first} {last}) added: password {password}")
+    return password
+
+
+def remove_student(name: str) -> None:
+    """A student leaves the term: their JupyterHub user and server, processes, account,
+    home, group, hand-ins and feedback in the exchange, gradebook row, files in /tmp."""
+    state = read_state()
+    if not name.startswith(PREFIX):
+        name = PREFIX + name
+    if not state or name not in state["students"]:
+        raise SystemExit(f"make hub-remove-student: {name} is not a student of this term")
+    hub_api(state, "DELETE", f"users/{name}")
+    entry = pwd.getpwnam(name)
+    kill_processes({entry.pw_uid})
+    inbound = STATE / "exchange" / state["course_id"] / "inbound"
+    for path in [*leftovers({entry.pw_uid}, {name}), *inbound.glob(f"{name}+*")]:
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink()
+    for page in (STATE / "exchange" / state["course_id"] / "feedback").glob("*.html"):
+        if page.stat().st_gid == entry.pw_gid:
+            page.unlink()
+    instructor_nbgrader(state, "db", "student", "remove", name, "--force")
+    subprocess.run(["userdel", "--remove", name], capture_output=True)
+    subprocess.run(["groupdel", name], capture_output=True)
+    state["students"].remove(name)
+    state["passwords"].pop(name, None)
+    state.get("names", {}).pop(name, None)
+    STATE_FILE.write_text(json.dumps(state, indent=1))
+    print(f"student {name} removed")
+
+
+BACKUPS = Path(os.environ.get("COURSE_HUB_BACKUPS", "/srv/dgl-hub-backups"))
+
+
+def backup(to: Path | None = None) -> Path:
+    """The whole term in one archive (root's, 0600): hub.json, the accounts (names, groups,
+    password hashes), their homes (the instructor's course and gradebook with them), the
+    exchange, and when each hand-in in it was handed in (`handed_in_at`, which a restore
+    cannot keep in the files' ctimes). The hub may run."""
+    import io
+    import tarfile
+
+    from hub.exchange import handed_in_at
+
+    state = read_state()
+    if not state:
+        raise SystemExit("make hub-backup: no term here")
+    if to is None:
+        BACKUPS.mkdir(mode=0o700, exist_ok=True)
+    target = to or BACKUPS / f"term-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz"
+    shadow = {line.split(":")[0]: line.split(":")[1]
+              for line in Path("/etc/shadow").read_text().splitlines()}  # fmt: skip
+    names = [state["instructor"], *state["students"]]
+    inbound = STATE / "exchange" / state["course_id"] / "inbound"
+    meta = {
+        "state": state,
+        "hashes": {n: shadow[n] for n in names},
+        "handed_in": {p.name: handed_in_at(str(p)) for p in inbound.iterdir() if p.is_dir()},
+    }
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        data = json.dumps(meta).encode()
+        info = tarfile.TarInfo("term.json")
+        info.size, info.mode = len(data), 0o600
+        tar.addfile(info, io.BytesIO(data))
+        tar.add(STATE / "exchange", arcname="exchange")
+        for name in names:
+            tar.add(pwd.getpwnam(name).pw_dir, arcname=f"homes/{name}")
+    print(f"the term is backed up in {target}")
+    return target
+
+
+def restore(source: Path) -> None:
+    """A term from `backup`'s archive, on a machine with none: the accounts with their
+    passwords, homes, the exchange (the hand-ins' times kept), the students' environment;
+    `make hub` then resumes it."""
+    import tarfile
+
+    from hub.exchange import record_times
+
+    if read_state() or hub_accounts():
+        raise SystemExit("make hub-restore: a term is here already (`make hub-destroy` first)")
+    with tarfile.open(source) as tar:
+        meta = json.loads(tar.extractfile("term.json").read())
+        state = meta["state"]
+        names = [state["instructor"], *state["students"]]
+        for name in names:
+            create_account(name)
+            subprocess.run(["chpasswd", "-e"], input=f"{name}:{meta['hashes'][name]}\n",
+                           text=True, check=True, capture_output=True)  # fmt: skip
+        for name in state["students"]:
+            join_group(INSTRUCTOR, name)
+        STATE.mkdir(parents=True)
+        STATE.chmod(0o755)
+        (STATE / "private").mkdir(mode=0o700)
+        homes = {f"homes/{n}": pwd.getpwnam(n).pw_dir for n in names}
+        for member in tar.getmembers():
+            top = "/".join(member.name.split("/")[:2])
+            if member.name == "term.json":
+                continue
+            if top in homes:
+                member.name = homes[top] + member.name[len(top) :]
+            elif member.name.split("/")[0] == "exchange":
+                member.name = str(STATE) + "/" + member.name
+            else:
+                continue
+            tar.extract(member, "/", filter="fully_trusted")  # root's own archive
+    course = STATE / "exchange" / state["course_id"]
+    record_times(course, meta["handed_in"], state["instructor"])
+    state.update(python=str(user_python(STATE)), pid=None)
+    STATE_FILE.write_text(json.dumps(state, indent=1))
+    STATE_FILE.chmod(0o600)
+    print(f"the term of {source} is restored: `make hub` resumes it")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,14 +436,44 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument(
         "--labs", nargs="+", default=os.environ.get("HUB_LABS", " ".join(DEFAULT_LABS)).split()
     )
-    sub.add_parser("stop", help="stop the hub and remove everything it made")
+    sub.add_parser("stop", help="stop the hub and every server; keep the term")
+    sub.add_parser("destroy", help="stop the hub and remove the term and all it made")
+    add = sub.add_parser("add-student", help="a student joins the term (account, gradebook)")
+    add.add_argument("name")
+    add.add_argument("--first", required=True)
+    add.add_argument("--last", required=True)
+    add.add_argument("--email")
+    remove = sub.add_parser("remove-student", help="a student leaves the term")
+    remove.add_argument("name")
+    save = sub.add_parser("backup", help="the whole term in one archive")
+    save.add_argument("--to", type=Path)
+    load = sub.add_parser("restore", help="a term from a backup, where there is none")
+    load.add_argument("source", type=Path)
     args = parser.parse_args(argv)
     if args.command == "start":
         return start(args)
     if os.geteuid() != 0:
-        raise SystemExit("make hub-stop: run as root")
+        raise SystemExit(f"make hub-{args.command}: run as root")
+    if args.command == "add-student":
+        add_student(args.name, args.first, args.last, args.email)
+        return 0
+    if args.command == "remove-student":
+        remove_student(args.name)
+        return 0
+    if args.command == "backup":
+        backup(args.to)
+        return 0
+    if args.command == "restore":
+        restore(args.source)
+        return 0
+    if os.geteuid() != 0:
+        raise SystemExit(f"make hub-{args.command}: run as root")
     pid = read_state().get("pid")
     if alive(pid) and pid != os.getpid():
-        stop_process(pid, grace_s=90)  # it removes everything itself on the way out
-    tear_down()
+        stop_process(pid, grace_s=90)  # it stops its servers on the way out
+    halt()
+    if args.command == "destroy":
+        tear_down()
+    else:
+        print(f"hub stopped; the term is kept in {STATE} (`make hub-destroy` removes it)")
     return 0

@@ -78,24 +78,50 @@ def install_course(instructor: str, python: Path, labs: list[str]) -> Path:
 def nbgrader_config(course_id: str, exchange: Path, root: Path | None = None) -> str:
     lines = [
         "# Written by `make hub` (hub/course.py): the course and the exchange on this hub.",
-        "import sys",
-        "",
-        f"sys.path.append({str(REPO)!r})  # hub.exchange",
         "c = get_config()  # noqa: F821",
         f"c.CourseDirectory.course_id = {course_id!r}",
         f"c.Exchange.root = {str(exchange)!r}",
         'c.ExchangeFactory.submit = "hub.exchange.PrivateSubmit"',
         'c.ExchangeFactory.release_feedback = "hub.exchange.PrivateReleaseFeedback"',
+        'c.ExchangeFactory.collect = "hub.exchange.TrustedCollect"',
     ]
     if root is not None:  # the instructor: nbgrader reads the course's own config from there
         lines.append(f"c.CourseDirectory.root = {str(root)!r}")
     return "\n".join(lines) + "\n"
 
 
-def configure_account(name: str, course_id: str, exchange: Path, root: Path | None) -> None:
+COURSE_MAKEFILE = """\
+# The course's commands on the hub (written by `make hub`, hub/course.py), in the
+# instructor's terminal: grade the collected hand-ins, the class report and the grades CSV.
+PY := {python}
+.PHONY: autograde report grades
+autograde:
+\t$(PY) -m graders.grade --root $(CURDIR)
+report grades:
+\t$(PY) -m graders.report --root $(CURDIR)
+"""
+
+
+def configure_account(
+    name: str, course_id: str, exchange: Path, root: Path | None, python: Path | None = None
+) -> None:
     """~/.jupyter of one account: nbgrader's course and exchange, JupyterLab's settings; for a
-    student (root None), no formgrader and no assignment-creation tools."""
+    student (root None), no formgrader and no assignment-creation tools; for the instructor,
+    the formgrader allowed inside JupyterLab's frame and the course's Makefile. The accounts'
+    Python first on the PATH of their terminals."""
     jupyter = home(name) / ".jupyter"
+    if python is not None:
+        line = f'export PATH="{python.parent}:$PATH"  # make hub: the course\'s Python\n'
+        for rc in (".bashrc", ".profile"):
+            old = (home(name) / rc).read_text() if (home(name) / rc).exists() else ""
+            if line not in old:
+                _write(name, home(name) / rc, old + line)
+    if root is not None:
+        _write(name, root / "Makefile", COURSE_MAKEFILE.format(python=python or "python"))
+        # nbgrader's menu opens the formgrader in a frame of JupyterLab (the same origin)
+        csp = {"headers": {"Content-Security-Policy": "frame-ancestors 'self'"}}
+        server = {"ServerApp": {"tornado_settings": csp}}
+        _write(name, jupyter / "jupyter_server_config.json", json.dumps(server))
     _write(name, jupyter / "nbgrader_config.py", nbgrader_config(course_id, exchange, root))
     settings = jupyter / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
     _write(name, settings / "notification.jupyterlab-settings", '{"fetchNews": "false"}\n')

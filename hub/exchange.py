@@ -27,16 +27,22 @@ Both are nbgrader's classes with a step added, chosen in nbgrader_config.py thro
 
 from __future__ import annotations
 
+import datetime
 import glob
 import grp
 import os
 import pwd
 import re
+import secrets
+import shutil
+import stat
 from pathlib import Path
 
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.exchange.default.collect import ExchangeCollect
 from nbgrader.exchange.default.release_feedback import ExchangeReleaseFeedback
 from nbgrader.exchange.default.submit import ExchangeSubmit
-from nbgrader.utils import notebook_hash
+from nbgrader.utils import ignore_patterns, notebook_hash
 
 ROOT_MODE = 0o1777
 COURSE_MODE = 0o755
@@ -114,3 +120,188 @@ class PrivateReleaseFeedback(ExchangeReleaseFeedback):
                     student,
                     error,
                 )
+
+
+def handed_in_at(folder: str) -> float:
+    """When a hand-in last changed, as the kernel records it: the latest ctime of the folder
+    and of everything in it. ctime is set by the kernel on every change of a file or folder
+    (writing, renaming, linking, chmod, touch); no user can set it, nor move it backwards."""
+    latest = os.lstat(folder).st_ctime
+    for parent, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            latest = max(latest, os.lstat(os.path.join(parent, name)).st_ctime)
+    return latest
+
+
+TIMES = ".handed-in-times.json"  # in the course's exchange folder: the instructor's, 0600
+
+
+def record_times(course: Path, times: dict[str, float], instructor: str) -> None:
+    """After a restore (which sets every file's ctime to now): when each hand-in was really
+    handed in, with the ctime it has now. `TrustedCollect` uses a recorded time only while
+    the hand-in has not changed since (its ctime is still the recorded one)."""
+    import json
+
+    inbound = course / "inbound"
+    record = {
+        name: [when, handed_in_at(str(inbound / name))]
+        for name, when in times.items()
+        if (inbound / name).is_dir()
+    }
+    path = course / TIMES
+    path.write_text(json.dumps(record))
+    entry = pwd.getpwnam(instructor)
+    os.chown(path, entry.pw_uid, entry.pw_gid)
+    path.chmod(0o600)
+
+
+class TrustedCollect(ExchangeCollect):
+    """nbgrader's collect, where the exchange and not the student says who handed in and when.
+
+    * Who: the Unix owner of the hand-in's folder. A folder whose name claims another
+      account is refused (an error in the log naming both) and never collected, so the
+      named student's hand-in stays as it was; so is a link, or a name nbgrader cannot read.
+    * When: `handed_in_at`, the kernel's record of the hand-in's last change. The
+      timestamp in the folder's name and the timestamp.txt inside it (both written by the
+      student's own process) are ignored; the collected copy's timestamp.txt is rewritten
+      with the trusted time, which nbgrader's autograde reads for lateness.
+    * A hand-in changing while it is copied is copied again, with the time of its last state.
+    """
+
+    def _path_to_record(self, path):
+        name = os.path.basename(path)
+        claimed = name.rsplit("+", 3)[0]
+        try:
+            info = os.lstat(path)
+        except OSError as error:
+            self.log.error("Refused %s: %s", path, error)
+            return None
+        if not stat.S_ISDIR(info.st_mode):
+            self.log.error(
+                "Refused %s: not a folder (a link or a file), made by %s", path, _owner(info.st_uid)
+            )
+            return None
+        owner = _owner(info.st_uid)
+        if owner != claimed:
+            self.log.error(
+                "Refused %s: it is named for %s but was handed in by %s (forged hand-in; "
+                "%s's own hand-ins are unchanged)",
+                path,
+                claimed,
+                owner,
+                claimed,
+            )
+            return None
+        try:
+            when = handed_in_at(path)
+        except OSError as error:
+            self.log.error("Refused %s (handed in by %s): %s", path, owner, error)
+            return None
+        changed = when
+        recorded = self._recorded_times().get(name)
+        if recorded and recorded[1] == when:  # restored from a backup, unchanged since
+            when = recorded[0]
+        self._when = {**getattr(self, "_when", {}), path: (changed, when)}
+        timestamp = datetime.datetime.fromtimestamp(when, datetime.UTC)
+        return {"username": owner, "filename": name, "timestamp": timestamp.replace(tzinfo=None)}
+
+    def _recorded_times(self) -> dict:
+        import json
+
+        try:
+            with open(os.path.join(self.root, self.coursedir.course_id, TIMES)) as fh:
+                return json.load(fh)
+        except (OSError, ValueError):
+            return {}
+
+    def init_src(self):
+        """nbgrader's init_src, from the trusted records: each student's latest hand-in (or,
+        with --before-duedate, their latest one on time)."""
+        if self.coursedir.course_id == "":
+            self.fail("No course id specified. Re-run with --course flag.")
+        self.course_path = os.path.join(self.root, self.coursedir.course_id)
+        self.inbound_path = os.path.join(self.course_path, "inbound")
+        if not os.path.isdir(self.inbound_path):
+            self.fail(f"Course not found: {self.inbound_path}")
+        with Gradebook(self.coursedir.db_url, self.coursedir.course_id) as gb:
+            try:
+                self.duedate = gb.find_assignment(self.coursedir.assignment_id).duedate
+            except MissingEntry:
+                self.duedate = None
+        student = self.coursedir.student_id or "*"
+        pattern = os.path.join(self.inbound_path, f"{student}+{self.coursedir.assignment_id}+*")
+        by_student = {}
+        for path in sorted(glob.glob(pattern)):
+            record = self._path_to_record(path)
+            if record is not None:
+                by_student.setdefault(record["username"], []).append(record)
+        self.src_records = []
+        for records in by_student.values():
+            records.sort(key=lambda r: r["timestamp"], reverse=True)
+            on_time = [r for r in records if self.duedate and r["timestamp"] <= self.duedate]
+            use_on_time = self.duedate is not None and self.before_duedate and on_time
+            self.src_records.append(on_time[0] if use_on_time else records[0])
+
+    def do_copy(self, src, dest):
+        try:
+            self._copy(src, dest)
+        except (OSError, shutil.Error, RuntimeError) as error:
+            shutil.rmtree(dest, ignore_errors=True)
+            self.log.error("Could not collect %s: %s", src, error)
+
+    def _copy(self, src, dest):
+        """nbgrader's copy (its ignore, include and size limits), following no link: links
+        and special files are left out, with a line in the log. Copied again while the
+        hand-in changes under us; then its timestamp.txt says the trusted time."""
+        for _ in range(5):
+            before = handed_in_at(src)
+            if os.path.exists(dest):
+                shutil.rmtree(dest)
+            if self.get_size(src) > 1000 * self.coursedir.max_dir_size:
+                raise RuntimeError(f"{src} is larger than CourseDirectory.max_dir_size")
+            shutil.copytree(src, dest, ignore=self._ignore(), symlinks=True)
+            for folder, dirs, files in os.walk(dest):  # a name that became a link meanwhile
+                for name in dirs + files:
+                    if os.path.islink(os.path.join(folder, name)):
+                        os.unlink(os.path.join(folder, name))
+            after = handed_in_at(src)
+            if after == before:
+                break
+        secret = os.path.join(dest, "submission_secret.txt")
+        if not os.path.isfile(secret):  # not made by nbgrader's submit: release_feedback
+            # would stop at it for the whole class; the student cannot fetch its feedback
+            self.log.warning("%s has no submission_secret.txt: not made by nbgrader submit", src)
+            with open(secret, "w") as fh:
+                fh.write(secrets.token_hex(16))
+        changed, recorded = getattr(self, "_when", {}).get(src, (None, None))
+        when = datetime.datetime.fromtimestamp(
+            recorded if after == changed else after, datetime.UTC
+        )
+        with open(os.path.join(dest, "timestamp.txt"), "w") as fh:
+            fh.write(when.strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
+
+    def _ignore(self):
+        nbgraders = ignore_patterns(
+            exclude=self.coursedir.ignore,
+            include=self.coursedir.include,
+            max_file_size=self.coursedir.max_file_size,
+            log=self.log,
+        )
+
+        def skip(folder, names):
+            left = set(nbgraders(folder, names))
+            for name in names:
+                path = os.path.join(folder, name)
+                if os.path.islink(path) or not (os.path.isfile(path) or os.path.isdir(path)):
+                    self.log.error("Left out %s of a hand-in: not a plain file or folder", path)
+                    left.add(name)
+            return left
+
+        return skip
+
+
+def _owner(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"

@@ -2,7 +2,12 @@
 # (hub/cli.py): the accounts, the ports, the Python the accounts run.
 import json
 import os
+import pwd
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # hub/, in root's process
+from hub.runtime import student_view  # noqa: E402
 
 c = get_config()  # noqa: F821
 
@@ -28,6 +33,14 @@ c.JupyterHub.authenticator_class = "pam"
 c.PAMAuthenticator.open_sessions = False
 c.Authenticator.allowed_users = {hub["instructor"], *hub["students"]}
 
+# The roster service: `make hub-add-student` / `hub-remove-student` add and remove the
+# account's JupyterHub user while the hub runs (its token: root's only, in private/).
+c.JupyterHub.services = [{"name": "course-roster", "api_token": hub["roster_token"]}]
+c.JupyterHub.load_roles = [
+    {"name": "course-roster", "scopes": ["admin:users", "admin:servers"],
+     "services": ["course-roster"]},
+]  # fmt: skip
+
 # Each account's server: JupyterLab, as the account, in its home.
 c.JupyterHub.spawner_class = "localprocess"
 c.Spawner.cmd = [hub["python"], "-m", "jupyterhub.singleuser"]
@@ -35,3 +48,15 @@ c.Spawner.default_url = "/lab"
 c.Spawner.environment = {"PATH": f"{Path(hub['python']).parent}:/usr/local/bin:/usr/bin:/bin"}
 c.Spawner.start_timeout = 180  # a busy 2-core machine: JupyterLab takes its time
 c.Spawner.http_timeout = 180
+
+
+def in_student_view(spawner):
+    """A student's server (and so its terminals and kernels) runs in `student_view`: the
+    machine without the checkout, the instructor's course or any other home."""
+    name = spawner.user.name
+    if name != hub["instructor"]:
+        view = student_view(pwd.getpwnam(name).pw_dir, STATE)
+        spawner.cmd = [*view, hub["python"], "-m", "jupyterhub.singleuser"]
+
+
+c.Spawner.pre_spawn_hook = in_student_view

@@ -1,14 +1,15 @@
-"""What the hub runs: a Python every account can start, with this environment's packages
-(JupyterLab, nbgrader, torch, the course's grader), and JupyterHub's proxy.
+"""What the hub runs: the accounts' Python, the view a student's server runs in, and
+JupyterHub's proxy.
 
 An account's server, its kernels and the instructor's grading run as that account, so they
-need an interpreter it may execute. Where this environment's Python lives somewhere they
-cannot enter (a pyenv under /root, as on the course's machines), the hub makes a *bridge*
-under its state folder, removed with it: the same interpreter (its binary copied, with its
-library path made relative; libpython and the standard library as hard links) and a virtual
-environment of it whose site-packages, share/ and etc/ are this environment's. (The
-system's /usr/bin/python3.11 would not do: Debian's 3.11.2 lacks fixes of `re` that the
-installed soupsieve needs, and nbgrader's feedback fails.)
+need an interpreter it may execute, and a student's must hold nothing secret. The hub makes
+one under its state folder, kept for the term: this environment's interpreter (its binary
+copied, with its library path made relative; libpython and the standard library as hard
+links) and a virtual environment of it whose site-packages, share/ and etc/ are hard-linked
+copies of this environment's, less the course's editable install (which maps `graders` into
+the checkout). Nothing in it links to, or names, the checkout. (The system's
+/usr/bin/python3.11 would not do: Debian's 3.11.2 lacks fixes of `re` that the installed
+soupsieve needs, and nbgrader's feedback fails.)
 """
 
 from __future__ import annotations
@@ -70,24 +71,38 @@ def _interpreter(state: Path, version: str) -> Path:
     return binary
 
 
+# what of this environment the accounts' copy leaves out: the course's own package, installed
+# editable from the checkout (its finder maps `graders` to the checkout's files)
+LEFT_OUT = shutil.ignore_patterns("__editable__*", "dynamic_graphs_labs*", "__pycache__", "*.pyc")
+
+
 def user_python(state: Path) -> Path:
-    """This environment's python, or a bridge to it that the accounts can run."""
-    here = Path(sys.prefix) / "bin" / "python"
-    if runs_unprivileged(here):
-        return here
+    """The accounts' Python: a virtual environment under `state` holding copies (hard links)
+    of this environment's interpreter and packages, and nothing of the checkout: no link into
+    it, no path to it, no editable install of the course. Students' servers and kernels run
+    it inside `student_view`, where the checkout does not exist; the instructor's course
+    brings its own graders/ (its nbgrader_config.py puts its folder on the path)."""
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    interpreter = _interpreter(state, version)
     bridge = state / "python"
+    python = bridge / "bin" / "python"
+    if python.exists():  # made by an earlier start of this term
+        return python
+    interpreter = _interpreter(state, version)
     site = Path(sysconfig.get_paths()["purelib"])
     (bridge / "bin").mkdir(parents=True)
     for name in ("python", "python3", f"python{version}"):
         (bridge / "bin" / name).symlink_to(interpreter)
     lib = bridge / "lib" / f"python{version}"
     lib.mkdir(parents=True)
-    (lib / "site-packages").symlink_to(site)
+    _link_tree(site, lib / "site-packages", LEFT_OUT)
     for name in ("share", "etc"):
         if (Path(sys.prefix) / name).is_dir():
-            (bridge / name).symlink_to(Path(sys.prefix) / name)
+            _link_tree(Path(sys.prefix) / name, bridge / name, LEFT_OUT)
+    # the hub's own exchange classes, which every account's nbgrader_config.py names
+    package = lib / "site-packages" / "hub"
+    package.mkdir()
+    for name in ("__init__.py", "exchange.py"):
+        shutil.copy2(REPO / "hub" / name, package / name)
     # the environment's scripts (alembic, which nbgrader calls by name; jupyter; nbgrader)
     for script in (Path(sys.prefix) / "bin").iterdir():
         try:
@@ -104,13 +119,34 @@ def user_python(state: Path) -> Path:
         f"home = {interpreter.parent}\ninclude-system-site-packages = false\n"
         f"version = {sys.version.split()[0]}\n"
     )
-    python = bridge / "bin" / "python"
     if not runs_unprivileged(python):
-        raise SystemExit(
-            f"the hub's accounts cannot run {sys.executable} (its folder is closed to them), "
-            f"nor the bridge {python}: install the course into a Python they can run"
-        )
+        raise SystemExit(f"the hub's accounts cannot run {python}: see {state}")
     return python
+
+
+def _system_path(path: str) -> list[str]:
+    """bwrap arguments for /bin, /lib, ...: the same symlink where the machine has one."""
+    if os.path.islink(path):
+        return ["--symlink", os.readlink(path), path]
+    return ["--ro-bind-try", path, path]
+
+
+def student_view(home: str, state: Path) -> list[str]:
+    """What a student's server, terminals and kernels see of the machine (a bwrap argv to
+    put before the command): the system (/usr, /etc), the accounts' Python (read-only), the
+    exchange, their own home, a /tmp of their own, and their own processes only. Nothing
+    else exists there: no checkout of the course (whatever its permissions), no other home,
+    no /srv/dgl-hub/private, no /root."""
+    argv = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc"]
+    argv += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+    for path in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
+        if os.path.lexists(path):
+            argv += _system_path(path)
+    for name in ("cpython", "python"):
+        argv += ["--ro-bind", str(state / name), str(state / name)]
+    argv += ["--bind", str(state / "exchange"), str(state / "exchange")]
+    argv += ["--bind", home, home, "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]
+    return [*argv, "--chdir", home]
 
 
 def proxy() -> Path:

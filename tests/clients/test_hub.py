@@ -23,10 +23,12 @@ line without them. It takes minutes (lab01_graph is built as the instructor, and
 
 from __future__ import annotations
 
+import functools
 import grp
 import hashlib
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -83,16 +85,8 @@ def machine() -> dict:
     }
 
 
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory):
-    """`python -m hub start` (what `make hub` runs), with two students; its state."""
-    from hub.cli import alive, read_state
-
-    if alive(read_state().get("pid")):
-        pytest.skip("a hub runs on this machine already (`make hub-stop` stops it)")
-    before = machine()
-    log = tmp_path_factory.mktemp("hub") / "hub.log"
-    port = free_port()
+def start_hub(log: Path, port: int) -> tuple[subprocess.Popen, float]:
+    """`python -m hub start` (what `make hub` runs); it and the seconds to a hub that answers."""
     argv = [sys.executable, "-m", "hub", "start", "--students", "2", f"--port={port}"]
     argv += ["--labs", LAB]
     started = time.monotonic()
@@ -100,31 +94,127 @@ def hub(tmp_path_factory):
         proc = subprocess.Popen(
             argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
+    while "JupyterHub: http" not in log.read_text():
+        if proc.poll() is not None or time.monotonic() - started > 900:
+            pytest.fail(f"make hub did not start:\n{log.read_text()[-4000:]}")
+        time.sleep(0.5)
+    return proc, time.monotonic() - started
+
+
+def stop_hub(proc: subprocess.Popen) -> float:
+    """Ctrl-C to `make hub`; the seconds it took to stop."""
+    started = time.monotonic()
+    os.kill(proc.pid, signal.SIGINT)
+    proc.wait(timeout=180)
+    return time.monotonic() - started
+
+
+def leftovers() -> list[str]:
+    """What hub accounts left in the shared temporary folders (by their names and uids)."""
+    from hub.accounts import hub_accounts
+    from hub.cli import leftovers as found
+
+    names = set(hub_accounts())
+    return [str(p) for p in found({pwd.getpwnam(n).pw_uid for n in names}, names)]
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    """`python -m hub start` (what `make hub` runs), with two students; its state. At the end
+    Ctrl-C, then `make hub-destroy`: the machine is as it was, nothing left in /tmp."""
+    from hub.cli import alive, read_state
+
+    if alive(read_state().get("pid")) or read_state():
+        pytest.skip("a hub or a term is on this machine already (`make hub-destroy`)")
+    before = machine()
+    log = tmp_path_factory.mktemp("hub") / "hub.log"
+    port = free_port()
+    state = {}
     try:
-        while "JupyterHub: http" not in log.read_text():
-            if proc.poll() is not None or time.monotonic() - started > 900:
-                pytest.fail(f"make hub did not start:\n{log.read_text()[-4000:]}")
-            time.sleep(1)
-        state = read_state()
-        state["base"] = f"http://127.0.0.1:{port}/"
-        state["started_s"] = time.monotonic() - started
-        print(f"hub usable after {state['started_s']:.0f} s")
+        proc, took = start_hub(log, port)
+        state.update(read_state(), base=f"http://127.0.0.1:{port}/", started_s=took, proc=proc)
+        state["log"], state["port"] = log, port
+        print(f"hub usable after {took:.0f} s")
         yield state
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGINT)  # Ctrl-C: it stops and removes what it made
+        proc = state.get("proc")
+        if proc is not None and proc.poll() is None:
             try:
-                proc.wait(timeout=180)
+                stop_hub(proc)
             except subprocess.TimeoutExpired:
-                subprocess.run([sys.executable, "-m", "hub", "stop"], cwd=REPO, timeout=300)
-    assert machine() == before, "make hub left the machine changed"
+                pass
+        left = leftovers()
+        subprocess.run([sys.executable, "-m", "hub", "destroy"], cwd=REPO, timeout=300)
+    assert machine() == before, "make hub-destroy left the machine changed"
+    assert not [p for p in left if Path(p).exists()], "make hub-destroy left files in /tmp"
 
 
-def as_account(hub: dict, name: str, *argv: str) -> subprocess.CompletedProcess:
+def as_account(hub: dict, name: str, *argv: str, **kwargs) -> subprocess.CompletedProcess:
+    """argv as the account; a student's inside the view their server runs in (hub/runtime.py)."""
     from hub.accounts import as_user
+    from hub.runtime import student_view
 
     path = f"{Path(hub['python']).parent}:/usr/local/bin:/usr/bin:/bin"
-    return as_user(name, list(argv), path=path, timeout=600)
+    if name != hub["instructor"]:
+        argv = (*student_view(f"/home/{name}", STATE), *argv)
+    kwargs.setdefault("timeout", 600)
+    return as_user(name, list(argv), path=path, **kwargs)
+
+
+def in_terminal(page, hub: dict, name: str, script: str, limit_s: float = 120) -> str:
+    """Run a shell script in a JupyterLab terminal of `name`'s server (the page is logged in
+    as them): what a student types; its output (it writes ~/.probe/out, then ~/.probe/done)."""
+    probe = Path(f"/home/{name}/.probe")
+    shutil.rmtree(probe, ignore_errors=True)
+    command = f"mkdir -p ~/.probe; ( {script} ) > ~/.probe/out 2>&1; touch ~/.probe/done"
+    page.evaluate(
+        """async ([base, name, command]) => {
+            const xsrf = (document.cookie.match(/(?:^|; )_xsrf=([^;]*)/) || [])[1] || '';
+            const r = await fetch(`${base}user/${name}/api/terminals`, {method: 'POST',
+                headers: {'X-XSRFToken': decodeURIComponent(xsrf)}});
+            const t = await r.json();
+            const ws = new WebSocket(
+                `${base.replace('http', 'ws')}user/${name}/terminals/websocket/${t.name}`);
+            await new Promise((ok, no) => { ws.onopen = ok; ws.onerror = no; });
+            ws.send(JSON.stringify(['stdin', command + '\\r']));
+        }""",
+        [hub["base"], name, command],
+    )
+    deadline = time.monotonic() + limit_s
+    while not (probe / "done").exists():
+        assert time.monotonic() < deadline, f"{name}'s terminal did not finish: {script}"
+        time.sleep(0.5)
+    return (probe / "out").read_text()
+
+
+# the student's own hand-in, made by hand after the due date: named to sort after any other,
+# its timestamp.txt saying a time long before the due date, its files' times set back too
+# (with the secret of their last hand-in by nbgrader, from their cache: to fetch feedback)
+BACKDATE = """
+e='{two}+{lab}+2099-12-31 00:00:00.000000 UTC+early'
+cache=~/.local/share/jupyter/nbgrader_cache/{course}
+last=$(ls -t $cache | grep '^{two}+{lab}+' | head -1)
+cd {inbound} && rm -rf "$e" 2>/dev/null; mkdir "$e" && cp ~/{lab}/{lab}.ipynb "$e/" \\
+  && cp "$cache/$last/submission_secret.txt" "$e/" \\
+  && echo '2000-01-01 00:00:00.000000 UTC' > "$e/timestamp.txt" \\
+  && touch -d 2000-01-01 "$e"/* "$e" && echo backdated
+"""
+
+FORGE = """
+cd {inbound}
+# a hand-in named for the classmate, later than theirs, with a timestamp.txt of its own
+forged={one}+{lab}+2099-01-01\\ 00:00:00.000000\\ UTC+forged
+mkdir "$forged" && cp ~/{lab}/{lab}.ipynb "$forged/" && echo '2099-01-01 00:00:00.000000 UTC' \\
+  > "$forged/timestamp.txt" && echo made forgery
+# one as a link to the student's own work, named for the classmate
+ln -s ~/{lab} '{one}+{lab}+2099-01-02 00:00:00.000000 UTC+link' && echo made link
+# a file where nbgrader expects a folder, and a name nbgrader cannot parse
+touch '{one}+{lab}+not-a-time+x' && echo made junk
+{backdate}
+echo "the checkout: $(ls {repo} 2>&1 | head -1)"
+echo "the instructor's course: $(ls {course} 2>&1 | head -1)"
+echo "processes: $(ls /proc | grep -c '^[0-9]')"
+"""
 
 
 def nbgrader(hub: dict, name: str, *args: str) -> str:
@@ -218,7 +308,7 @@ def hand_in(page, hub: dict, name: str, student, step: str) -> None:
     shot(page, f"{step}c-{name}-submitted")
 
 
-def formgrader_action(page, selector: str, done: str, name: str) -> None:
+def formgrader_action(page, selector: str, done: str, name: str) -> str:
     """Click a formgrader button and wait for its 'Successfully ...' dialog, then close it."""
     page.locator(selector).first.click()
     body = page.locator(".modal-body").last
@@ -233,6 +323,7 @@ def formgrader_action(page, selector: str, done: str, name: str) -> None:
     assert done in text, f"formgrader: {text[:800]}"
     page.locator(".modal-footer button").last.click()
     body.wait_for(state="hidden")
+    return text
 
 
 def read_feedback(page, hub: dict, name: str, step: str) -> tuple[float, str]:
@@ -274,6 +365,12 @@ def test_a_term_on_the_hub_in_a_browser(hub, tmp_path):
             # the instructor releases the lab from the formgrader
             _, teacher = log_in(browser, hub, instructor)
             shot(teacher, "01-instructor-jupyterlab")
+            # the formgrader opens inside JupyterLab, from nbgrader's menu
+            teacher.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader").click()
+            teacher.get_by_text("Formgrader", exact=True).click()
+            frame = teacher.frame_locator("iframe").first
+            frame.locator("text=Manage Assignments").first.wait_for()
+            shot(teacher, "01b-formgrader-in-jupyterlab")
             teacher.goto(f"{base}user/{instructor}/formgrader")
             row = f"tr:has(td.name:has-text('{LAB}'))"
             teacher.wait_for_selector(f"{row} td.release a")
@@ -296,12 +393,31 @@ def test_a_term_on_the_hub_in_a_browser(hub, tmp_path):
             _, second = log_in(browser, hub, two)
             hand_in(second, hub, two, work[two], "05")
 
+            # student 2, in a JupyterLab terminal: a hand-in named for student 1 (three
+            # ways), and their own late hand-in backdated (its name, timestamp.txt, mtimes)
+            inbound = Path(hub["exchange"]) / "inbound"
+            backdate = BACKDATE.format(inbound=inbound, two=two, lab=LAB, course=hub["course_id"])
+            said = in_terminal(second, hub, two, FORGE.format(
+                inbound=inbound, lab=LAB, one=one, backdate=backdate, repo=REPO,
+                course=hub["course_root"],
+            ))  # fmt: skip
+            for done in ("made forgery", "made link", "made junk", "backdated"):
+                assert done in said, said
+            # the server's view: no checkout, no instructor's course, its own processes
+            assert "the checkout: ls: cannot access" in said, said
+            assert "the instructor's course: ls: cannot access" in said, said
+            assert int(said.rsplit("processes: ", 1)[1].split()[0]) < 15, said
+
             # the instructor collects, autogrades each hand-in, makes and releases feedback
             teacher.goto(f"{base}user/{instructor}/formgrader")
             teacher.wait_for_selector(f"{row} td.collect a")
-            formgrader_action(
+            collected = formgrader_action(
                 teacher, f"{row} td.collect a", "Successfully collected", "06-collected"
             )
+            refused = [line for line in collected.splitlines() if "Refused" in line]
+            assert len(refused) == 3, collected  # the forgery, the link, the file
+            assert all(one in line for line in refused), refused
+            assert sum(f"handed in by {two}" in line for line in refused) == 1, refused
             teacher.goto(f"{base}user/{instructor}/formgrader/manage_submissions/{LAB}")
             for student in (one, two):
                 student_row = f"tr:has(td:has-text('{student}'))"
@@ -318,6 +434,13 @@ def test_a_term_on_the_hub_in_a_browser(hub, tmp_path):
             formgrader_action(
                 teacher, f"{row} td.release-feedback a", "Successfully released", "09-released"
             )
+
+            # the instructor's terminal: the course's Python and commands, in the course
+            said = in_terminal(teacher, hub, instructor, (
+                "cd ~/course && for c in python nbgrader make; do command -v $c; done && "
+                "make report && ls grades-wide.csv report/index.html && echo REPORTED"
+            ), limit_s=300)  # fmt: skip
+            assert "REPORTED" in said and said.count(str(Path(hub["python"]).parent)) >= 2, said
 
             # each student fetches the feedback and reads the score and the judge's sentences
             read = {}
@@ -349,12 +472,94 @@ def test_a_term_on_the_hub_in_a_browser(hub, tmp_path):
         assert gb.find_submission(LAB, one).total_seconds_late == 0
 
 
+def test_the_term_survives_a_stop_and_a_start(hub):
+    """Ctrl-C mid-term, then `make hub` again: the same accounts and passwords, homes,
+    exchange, gradebook, hand-ins and feedback, and a hub that logs them in again."""
+    from hub.cli import read_state
+
+    course = Path(hub["course_root"])
+    kept = [Path(hub["exchange"]), course / "gradebook.db", course / "submitted",
+            *(Path(f"/home/{n}") for n in hub["students"])]  # fmt: skip
+    before, accounts = checksums(*kept), machine()
+    stopped_s = stop_hub(hub["proc"])
+    assert "the term is kept" in hub["log"].read_text(), hub["log"].read_text()[-2000:]
+    assert checksums(*kept) == before and machine() == accounts
+    proc, hub["restarted_s"] = start_hub(hub["log"], hub["port"])
+    hub["proc"] = proc
+    assert "resuming the term" in hub["log"].read_text()
+    assert read_state()["passwords"] == hub["passwords"]
+    assert checksums(*kept) == before
+    print(f"stopped in {stopped_s:.0f} s, usable again after {hub['restarted_s']:.0f} s")
+    # a student logs in with the same password (JupyterHub's login form, PAM)
+    name = hub["students"][0]
+    assert http_log_in(hub, name, hub["passwords"][name])
+
+
+def http_log_in(hub: dict, name: str, password: str) -> bool:
+    """JupyterHub's login form, by HTTP: whether it lets `name` in."""
+    import http.cookiejar
+    import urllib.parse
+    import urllib.request
+
+    opener = urllib.request.build_opener(
+        urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
+    )
+    page = opener.open(hub["base"] + "hub/login").read().decode()
+    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page)
+    fields = {"username": name, "password": password}
+    form = urllib.parse.urlencode({**fields, **({"_xsrf": xsrf.group(1)} if xsrf else {})})
+    try:
+        answer = opener.open(hub["base"] + "hub/login?next=%2Fhub%2Fhome", form.encode())
+    except urllib.error.HTTPError:
+        return False
+    return "/hub/login" not in answer.geturl()
+
+
+def test_a_student_joins_mid_term_hands_in_and_leaves(hub):
+    """`make hub-add-student` while the hub runs: an account that logs in, a gradebook row
+    with the student's name; they fetch, hand in, the instructor collects. Then
+    `make hub-remove-student`: no account, row, hand-in or file of theirs is left."""
+    from nbgrader.api import Gradebook
+
+    from hub.cli import read_state
+
+    name, course = "dgl-student3", Path(hub["course_root"])
+    said = subprocess.run(
+        [sys.executable, "-m", "hub", "add-student", name, "--first=Ada", "--last=Lovelace"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert said.returncode == 0, said.stderr[-2000:]
+    password = read_state()["passwords"][name]
+    assert http_log_in(hub, name, password)
+    nbgrader(hub, name, "fetch_assignment", LAB)
+    nbgrader(hub, name, "submit", LAB)
+    nbgrader(hub, hub["instructor"], "collect", LAB)
+    assert (course / "submitted" / name / LAB / f"{LAB}.ipynb").is_file()
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        names = {s.id: (s.first_name, s.last_name) for s in gb.students}
+    assert names[name] == ("Ada", "Lovelace"), names
+    assert all(first and last for first, last in names.values()), names  # no "None, None"
+
+    said = subprocess.run([sys.executable, "-m", "hub", "remove-student", name], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert said.returncode == 0, said.stderr[-2000:]
+    assert not http_log_in(hub, name, password)
+    assert name not in Path("/etc/passwd").read_text() and not Path(f"/home/{name}").exists()
+    assert not list((Path(hub["exchange"]) / "inbound").glob(f"{name}+*"))
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        assert name not in {s.id for s in gb.students}
+
+
 def handed_in(hub: dict, student: str) -> tuple[Path | None, Path | None]:
     """The student's hand-in of LAB in the exchange, and their feedback page (the one given
     to their group); None, None where there are none."""
     exchange = Path(hub["exchange"])
-    hand_ins = sorted((exchange / "inbound").glob(f"{student}+{LAB}+*"))
-    gid = grp.getgrnam(student).gr_gid
+    uid, gid = pwd.getpwnam(student).pw_uid, grp.getgrnam(student).gr_gid
+    hand_ins = sorted(  # the student's own (not a forgery named for them: test_hub's term)
+        p
+        for p in (exchange / "inbound").glob(f"{student}+{LAB}+*")
+        if p.is_dir() and not p.is_symlink() and p.stat().st_uid == uid
+    )
     pages = [p for p in (exchange / "feedback").glob("*.html") if p.stat().st_gid == gid]
     if not hand_ins or not pages:
         return None, None
@@ -423,3 +628,175 @@ def test_a_student_can_reach_nothing_of_another_student_nor_the_instructor(hub):
             succeeded.append(f"{what}: {command}\n{result.stdout[:300]}")
     assert not succeeded, "a student account could:\n" + "\n".join(succeeded)
     assert checksums(*protected) == before
+
+
+def secret_lines() -> tuple[set[str], set[str]]:
+    """Lines of the course's secrets (solutions/): its hidden tests, and its solutions; each
+    as written and as a notebook's JSON holds it, leaving out any line the release holds."""
+    released = "".join(p.read_text() for p in (REPO / "labs").glob("*/*.ipynb"))
+    lines = {"HIDDEN TESTS": set(), "SOLUTION": set()}
+    for source in (REPO / "solutions").glob("*/*.py"):
+        inside = None
+        for line in source.read_text().splitlines():
+            found = re.search(r"### (BEGIN|END) (SOLUTION|HIDDEN TESTS)", line)
+            if found:
+                inside = found.group(2) if found.group(1) == "BEGIN" else None
+                continue
+            text = line.strip()
+            if inside and len(text) >= 30:
+                lines[inside] |= {text, json.dumps(text)[1:-1]}
+    hidden, solutions = ({x for x in v if x not in released} for v in lines.values())
+    return hidden, solutions - hidden
+
+
+WALK = r"""
+cd ~/.walk
+files() {{ find / \( -path /proc -o -path /sys -o -path /dev -o -path ~/.walk \) -prune \
+  -o -type f -readable "$@" -print0; }}
+files | tr -cd '\0' | wc -c
+# every readable file up to 1 MiB (above: shared libraries, fonts, wheels' data: counted);
+# hidden tests in none; solutions in none but the student's own files (their answers)
+files -size -1025k | xargs -0 grep -lF -f hidden --
+files -size -1025k ! -user {me} ! -group {me} | xargs -0 grep -lF -f solutions --
+true
+"""
+
+
+def test_a_student_reads_no_secret_anywhere(hub):
+    """As a student, in the view their server runs in: every file they can read, walked and
+    counted; the ones holding a line of a hidden test, or of a solution (in a file that is
+    not the student's own work): none."""
+    two = hub["students"][1]
+    walk = Path(f"/home/{two}/.walk")
+    walk.mkdir(exist_ok=True)
+    hidden, solutions = secret_lines()
+    (walk / "hidden").write_text("\n".join(sorted(hidden)) + "\n")
+    (walk / "solutions").write_text("\n".join(sorted(solutions)) + "\n")
+    for path in (walk, walk / "hidden", walk / "solutions"):
+        shutil.chown(path, two, two)
+    started = time.monotonic()
+    result = as_account(hub, two, "/bin/sh", "-c", WALK.format(me=two))
+    lines = result.stdout.split("\n")
+    readable, candidates = int(lines[0]), sorted({x for x in lines[1:] if x})
+    # a file holds secret code where it holds three or more of its lines: one or two are
+    # a library's line that a hidden test also has (`warnings.simplefilter("ignore")`)
+    held = {}
+    for name in candidates:
+        text = Path(name).read_text(errors="replace")
+        info, account = Path(name).stat(), pwd.getpwnam(two)
+        mine = info.st_uid == account.pw_uid or info.st_gid == account.pw_gid  # their work
+        held[name] = sorted(x for x in (hidden if mine else hidden | solutions) if x in text)
+    holding = {name: found for name, found in held.items() if len(found) >= 3}
+    print(f"{two} reads {readable} files; {len(candidates)} share a line with a secret, "
+          f"{len(holding)} hold secret code ({time.monotonic() - started:.0f} s): "
+          f"{ {n: f[:2] for n, f in list(held.items())[:5]} }")  # fmt: skip
+    assert readable > 1000, result.stderr[-2000:]  # the walk walked
+    assert holding == {}, holding
+    shutil.rmtree(walk)
+
+
+RACE = """
+i=0
+while [ ! -e ~/.race-stop ] && [ $i -lt 400 ]; do
+  i=$((i + 1)); d="{inbound}/{one}+{lab}+2099-02-01 00:00:00.$i UTC+race$i"
+  mkdir "$d" && cp ~/{lab}/{lab}.ipynb "$d/" && echo '2099-02-01 00:00:00 UTC' > "$d/timestamp.txt"
+done
+"""
+
+
+def test_collect_by_command_takes_no_forgery_nor_backdate_and_survives_a_race(hub):
+    """nbgrader's own `collect --update`, as the instructor, while student 2 keeps adding
+    hand-ins named for student 1 (a race), after student 2 handed in late and backdated it."""
+    from nbgrader.utils import parse_utc
+
+    instructor, (one, two) = hub["instructor"], hub["students"]
+    inbound = Path(hub["exchange"]) / "inbound"
+    course = Path(hub["course_root"])
+    if not (Path(f"/home/{two}") / LAB).is_dir():
+        nbgrader(hub, two, "fetch_assignment", LAB)
+    mine = sorted(inbound.glob(f"{one}+{LAB}+*"))
+    assert mine and (course / "submitted" / one / LAB).is_dir(), "the term did not run"
+    before = checksums(course / "submitted" / one, *mine)
+
+    # student 2 hands in now (late), then backdates it every way a student can
+    handed = datetime.now(UTC).replace(tzinfo=None)
+    nbgrader(hub, two, "submit", LAB)
+    backdate = BACKDATE.format(inbound=inbound, two=two, lab=LAB, course=hub["course_id"])
+    assert "backdated" in as_account(hub, two, "/bin/sh", "-c", backdate).stdout
+
+    race = subprocess.Popen(
+        [*_student_argv(hub, two), "/bin/sh", "-c",
+         RACE.format(inbound=inbound, one=one, lab=LAB)],
+        env={"HOME": f"/home/{two}", "PATH": "/usr/bin:/bin"}, cwd=f"/home/{two}",
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        time.sleep(1)
+        said = nbgrader(hub, instructor, "collect", "--update", LAB)
+    finally:
+        Path(f"/home/{two}/.race-stop").touch()
+        race.wait(timeout=60)
+        Path(f"/home/{two}/.race-stop").unlink()
+    refused = [line for line in said.splitlines() if "Refused" in line]
+    assert refused and all(one in x and two in x for x in refused), said
+    assert f"Updating submission: {two}" in said, said
+    assert checksums(course / "submitted" / one, *mine) == before  # student 1's, untouched
+    stamp = (course / "submitted" / two / LAB / "timestamp.txt").read_text()
+    assert parse_utc(stamp) >= handed.replace(microsecond=0), (stamp, handed)
+
+
+def _student_argv(hub: dict, name: str) -> list[str]:
+    """setpriv to `name`, then the student's view: how a student's process runs."""
+    from hub.runtime import student_view
+
+    entry = pwd.getpwnam(name)
+    drop = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups"]
+    return [*drop, *student_view(entry.pw_dir, STATE)]
+
+
+def contents(*roots: Path) -> dict[str, str]:
+    """Each file's bytes and owner's name (a restore makes the accounts again: new uids)."""
+    sums = {}
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                owner = pwd.getpwuid(path.stat().st_uid).pw_name
+                sums[str(path)] = f"{owner} {hashlib.sha256(path.read_bytes()).hexdigest()}"
+    return sums
+
+
+def test_a_backup_restores_into_a_fresh_hub(hub, tmp_path):
+    """`make hub-backup`, `make hub-destroy`, `make hub-restore FROM=...`, `make hub`: the
+    same accounts and passwords, gradebook, hand-ins (and their times: collecting again
+    changes nothing), feedback and homes."""
+    from hub.cli import read_state
+
+    course, (one, two) = Path(hub["course_root"]), hub["students"]
+    kept = [Path(hub["exchange"]), course / "gradebook.db", course / "submitted",
+            course / "feedback", *(Path(f"/home/{n}") for n in hub["students"])]  # fmt: skip
+    before = contents(*kept)
+    archive = tmp_path / "term.tar.gz"
+    hub_command = [sys.executable, "-m", "hub"]
+    run = functools.partial(subprocess.run, cwd=REPO, capture_output=True, text=True,
+                            timeout=600)  # fmt: skip
+    assert run([*hub_command, "backup", f"--to={archive}"]).returncode == 0
+    stop_hub(hub["proc"])
+    assert run([*hub_command, "destroy"]).returncode == 0
+    assert not STATE.exists() and not Path(f"/home/{one}").exists()
+    started = time.monotonic()
+    said = run([*hub_command, "restore", str(archive)])
+    assert said.returncode == 0, said.stderr[-2000:]
+    hub["proc"], took = start_hub(hub["log"], hub["port"])
+    print(f"restored and usable after {time.monotonic() - started:.0f} s")
+    assert read_state()["passwords"] == hub["passwords"]
+    after = contents(*kept)
+    ledger = str(Path(hub["exchange"]) / ".handed-in-times.json")  # the restore's record
+    assert after.pop(ledger).startswith(hub["instructor"] + " ")
+    assert after == before
+    assert http_log_in(hub, one, hub["passwords"][one])
+    stamps = {s: (course / "submitted" / s / LAB / "timestamp.txt").read_text() for s in (one, two)}
+    said = nbgrader(hub, hub["instructor"], "collect", "--update", LAB)
+    assert f"No newer submission to collect: {one}" in said, said
+    assert stamps == {
+        s: (course / "submitted" / s / LAB / "timestamp.txt").read_text() for s in (one, two)
+    }
