@@ -32,6 +32,7 @@ import os
 import selectors
 import signal
 import socket
+import stat
 import struct
 import sys
 import traceback
@@ -243,7 +244,8 @@ def _init(request: dict, fds: list[int]) -> None:
     _tmpfs("/dev/shm", sizes["shm"], "1777")
     _tmpfs(WORKDIR, sizes["workdir"], "0777")
     for target, index in request["files"]:  # read-only, in the working folder
-        _attach(fds[index], os.path.join(WORKDIR, target), folder=False, parents=0o777)
+        folder = stat.S_ISDIR(os.fstat(fds[index]).st_mode)  # a released data folder
+        _attach(fds[index], os.path.join(WORKDIR, target), folder=folder, parents=0o777)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # an init: no signal from inside ends it
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666")
