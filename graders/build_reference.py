@@ -64,12 +64,14 @@ def _only_released(folder: str, names: list[str]) -> set[str]:
     return {n for n in names if n.endswith(".ipynb") or n in (".ipynb_checkpoints", "__pycache__")}
 
 
-def beside(solution: Path) -> bytes:
+def beside(solution: Path, skip: Path) -> bytes:
     """The files released beside a notebook (its assignment's data), as bytes for a key; empty
-    where there are none (every lab)."""
+    where there are none (every lab). `skip`: a folder left out (where references are kept)."""
     parts = []
     for path in sorted(solution.parent.rglob("*")):
         rel = path.relative_to(solution.parent)
+        if path == skip or skip in path.parents:
+            continue
         if path.is_file() and not _only_released(str(path.parent), [rel.parts[0], path.name]):
             parts.append(str(rel).encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
     return b"".join(parts)
@@ -93,7 +95,9 @@ def cached_reference(solution: Path, cache: Path) -> Observations:
         f"format {references.VERSION}, "  # an older file lacks what this one keeps: remade
     ).encode()
     recorder = b"".join(path.read_bytes() for path in sorted(KERNEL_SIDE.glob("*.py")))
-    key = hashlib.sha256(made_of + recorder + solution.read_bytes() + beside(solution)).hexdigest()
+    key = hashlib.sha256(
+        made_of + recorder + solution.read_bytes() + beside(solution, cache.parent)
+    ).hexdigest()
     try:
         saved = references.read(cache)
         if saved["key"] == key and references.timing(cache) is not None:
