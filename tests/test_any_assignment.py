@@ -177,3 +177,37 @@ def test_a_notebook_without_nbgrader_metadata_costs_that_notebook_only(graded):
     assert "This notebook could not be graded." in page
     graded_nb = nbformat.read(course / "autograded" / "nometa" / "quiz" / "test.ipynb", 4)
     assert graded_nb.cells[0].source == MALFORMED
+
+
+def test_validate_in_the_course_agrees_with_autograde_on_stderr(tmp_path):
+    """A passing check that writes to stderr: autograde gives it its points (the judge), and
+    `nbgrader validate` in the course folder says it passes (plain nbgrader's validate, run
+    outside the course, says it fails: what the README says of a student's laptop)."""
+    course = tmp_path / "course"
+    course.mkdir()
+    shutil.copy(REPO / "nbgrader_config.py", course / "nbgrader_config.py")
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "import sys\nprint('a warning', file=sys.stderr)\nassert 1 + 1 == 2",
+                metadata={
+                    "nbgrader": {
+                        "grade": True,
+                        "grade_id": "t",
+                        "locked": True,
+                        "points": 1,
+                        "schema_version": 3,
+                        "solution": False,
+                        "task": False,
+                    }
+                },
+            )  # fmt: skip
+        ]
+    )
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    path = tmp_path / "stderr.ipynb"
+    nbformat.write(nb, path)
+    inside = cli(course, "validate", str(path))
+    assert "Success! Your notebook passes all the tests." in inside.stdout + inside.stderr
+    outside = cli(tmp_path, "validate", str(path))  # no nbgrader_config.py there
+    assert "Success!" not in outside.stdout + outside.stderr
