@@ -30,7 +30,8 @@ c.CourseDirectory.release_directory = "labs"  # the student release, committed
 c.CourseDirectory.submitted_directory = "submitted"
 c.CourseDirectory.autograded_directory = "autograded"
 c.CourseDirectory.feedback_directory = "feedback"
-c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "data"]
+# (an assignment's own data/ folder is released and graded with it, as plain nbgrader does)
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback"]
 
 # What a student sees in place of a solution.
 STUB = "# YOUR CODE HERE\nraise NotImplementedError({!r})"
@@ -58,8 +59,22 @@ c.SandboxedExecute.budget_notebook_floor_s = 60
 c.Execute.timeout = 120  # seconds per cell
 c.Execute.interrupt_on_timeout = True
 
-# Tampered, deleted or duplicated test cells are restored from the gradebook.
+# Tampered, deleted or duplicated test cells are restored from the gradebook; a hand-in
+# notebook whose cells all lost their nbgrader metadata costs that notebook only, with a
+# sentence in its feedback (graders/overwrite.py).
 c.OverwriteCells.add_missing_cells = True
+c.Autograde.sanitize_preprocessors = [
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "graders.overwrite.OverwriteCells",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+# Output to stderr never costs points (the judge replaces test cells' outputs by its verdict);
+# `nbgrader validate` says so too: a graded cell's stderr is dropped once it has run.
+from graders.stderr import teach_validate  # noqa: E402 (graders is on sys.path from here)
+
+teach_validate()
 c.Autograde.create_student = True
 c.LimitOutput.max_lines = 1000
 c.Autograde.autograde_preprocessors = [

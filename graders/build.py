@@ -23,7 +23,15 @@ import jupytext
 import nbformat
 
 from graders import colab, gradebook, nbgrader_cli
-from graders.course import LABS, REPO, SOLUTIONS, lab_source, unknown_labs
+from graders.course import (
+    ASSIGNMENTS_DIR,
+    LABS,
+    REPO,
+    SOLUTIONS,
+    lab_source,
+    own_assignments,
+    unknown_labs,
+)
 
 NBGRADER_SCHEMA = 3
 SHORT_KEYS = {"grade_id", "solution", "grade", "points", "locked", "task"}
@@ -143,22 +151,39 @@ def add_badge(nb: nbformat.NotebookNode, lab: str) -> None:
         first.source = f"{title}\n\n{line}\n{rest}".rstrip("\n")
 
 
-def write_sources(root: Path, labs: list[str]) -> None:
+def write_sources(root: Path, labs: list[str], own: Path = ASSIGNMENTS_DIR) -> None:
+    """nbgrader's source folder: each lab's notebook from its text source, and each of the
+    instructor's own assignments (`own`/<name>/: notebooks and the files and folders beside
+    them) copied as it is."""
     for lab in labs:
+        if lab not in LABS and (own / lab).is_dir():
+            out = root / "build" / "source" / lab
+            shutil.rmtree(out, ignore_errors=True)  # a notebook removed there goes here too
+            shutil.copytree(own / lab, out, symlinks=False, ignore=_NOT_RELEASED)
+            continue
         out = root / "build" / "source" / lab / f"{lab}.ipynb"
         out.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(source_notebook(lab), out)
 
 
-def build(root: Path = REPO, labs: list[str] | None = None, release: Path | None = None) -> Path:
-    """Write the source notebooks under root/build/source and the release under `release`.
+_NOT_RELEASED = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*.pyc")
+
+
+def build(
+    root: Path = REPO,
+    labs: list[str] | None = None,
+    release: Path | None = None,
+    own: Path = ASSIGNMENTS_DIR,
+) -> Path:
+    """Write the source notebooks under root/build/source and the release under `release`:
+    `labs` (default: every lab and every assignment of the instructor's in `own`).
 
     The gradebook (root/gradebook.db, graders/gradebook.py) learns each lab's cells and
     checksums on the way: that is what autograding compares submissions against.
     """
-    labs = labs or LABS
+    labs = labs or LABS + own_assignments(own)
     release = release or root / "labs"
-    write_sources(root, labs)
+    write_sources(root, labs, own)
     # nbgrader's generate_assignment, in this process: its command line would import
     # nbgrader again for each lab (seconds each; a third of them jsonschema's IRI grammars)
     changes = {"CourseDirectory": {"release_directory": str(release)}}
@@ -177,7 +202,7 @@ def build(root: Path = REPO, labs: list[str] | None = None, release: Path | None
                 )
             raise SystemExit(f"nbgrader generate_assignment {lab} failed:\n{log}")
         extra = lab_source(lab).parent / "files"
-        if extra.is_dir():
+        if lab in LABS and extra.is_dir():
             shutil.copytree(extra, release / lab, dirs_exist_ok=True)
     return release
 
@@ -191,11 +216,12 @@ def main(argv: list[str] | None = None) -> int:
         help="skip running the solution notebooks for the grader's reference observations",
     )
     args = parser.parse_args(argv)
-    if complaint := unknown_labs(args.labs):
+    everything = LABS + own_assignments()
+    if complaint := unknown_labs([a for a in args.labs if a not in own_assignments()]):
         print(f"make build: {complaint}", file=sys.stderr)
         return 2
     try:
-        release = build(labs=args.labs or None)
+        release = build(labs=args.labs or everything)
         text = colab.README.read_text(encoding="utf-8")
         table = colab.readme(text, colab.published(), LABS)
     except (SourceError, colab.SettingError) as error:
@@ -204,12 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     if table != text:
         colab.README.write_text(table, encoding="utf-8")
         print("README.md: the lab table written anew")
-    print(f"built {len(args.labs or LABS)} lab(s) into {release.relative_to(REPO)}/")
+    print(f"built {len(args.labs or everything)} assignment(s) into {release.relative_to(REPO)}/")
     if not args.no_reference:
         from graders.build_reference import prepare_references
 
         start = time.monotonic()
-        prepare_references(REPO, args.labs or LABS)
+        prepare_references(REPO, args.labs or everything)
         print(f"reference observations in build/reference/ ({time.monotonic() - start:.0f} s)")
     return 0
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -35,10 +36,13 @@ def reference_run(
 
     nb = nbformat.read(solution, as_version=4)
     with tempfile.TemporaryDirectory(prefix="reference-") as tmp:
+        work = Path(tmp) / "work"  # the files and folders released beside it, as students have
+        shutil.copytree(solution.parent, work, ignore=_only_released, symlinks=False)
         km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=f"{tmp}/kernel")
         client = NotebookClient(
-            nb, km=km, timeout=timeout, resources={"metadata": {"path": tmp}}, allow_errors=True
-        )
+            nb, km=km, timeout=timeout, resources={"metadata": {"path": str(work)}},
+            allow_errors=True,
+        )  # fmt: skip
         env = dict(os.environ, NBGRADER_EXECUTION="autograde", PYTHONPATH=str(KERNEL_SIDE))
         if threads:
             env["OMP_NUM_THREADS"] = str(threads)
@@ -54,6 +58,23 @@ def reference_run(
                     f"{cell.metadata.nbgrader['grade_id']!r}: {output.ename}: {output.evalue}"
                 )
     return records(nb), cell_times(nb)
+
+
+def _only_released(folder: str, names: list[str]) -> set[str]:
+    return {n for n in names if n.endswith(".ipynb") or n in (".ipynb_checkpoints", "__pycache__")}
+
+
+def beside(solution: Path, skip: Path) -> bytes:
+    """The files released beside a notebook (its assignment's data), as bytes for a key; empty
+    where there are none (every lab). `skip`: a folder left out (where references are kept)."""
+    parts = []
+    for path in sorted(solution.parent.rglob("*")):
+        rel = path.relative_to(solution.parent)
+        if path == skip or skip in path.parents:
+            continue
+        if path.is_file() and not _only_released(str(path.parent), [rel.parts[0], path.name]):
+            parts.append(str(rel).encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return b"".join(parts)
 
 
 def reference_observations(
@@ -74,7 +95,9 @@ def cached_reference(solution: Path, cache: Path) -> Observations:
         f"format {references.VERSION}, "  # an older file lacks what this one keeps: remade
     ).encode()
     recorder = b"".join(path.read_bytes() for path in sorted(KERNEL_SIDE.glob("*.py")))
-    key = hashlib.sha256(made_of + recorder + solution.read_bytes()).hexdigest()
+    key = hashlib.sha256(
+        made_of + recorder + solution.read_bytes() + beside(solution, cache.parent)
+    ).hexdigest()
     try:
         saved = references.read(cache)
         if saved["key"] == key and references.timing(cache) is not None:
@@ -94,19 +117,22 @@ def cached_reference(solution: Path, cache: Path) -> Observations:
 
 
 def prepare_references(root: Path, labs: list[str], workers: int | None = None) -> None:
-    """Run each lab's solution notebook once and keep its records in build/reference/
-    (`make build` does this, so that grading a class only reads them)."""
+    """Run every notebook of each assignment's source folder once (a lab's one, an
+    instructor's assignment's every notebook) and keep its records and cell times in
+    build/reference/ (`make build` does this, so that grading a class only reads them)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from graders.course import prepare_data
+    from graders.course import notebooks, prepare_data
 
     os.environ.update(prepare_data(labs))
-
-    def one(lab: str):
-        solution = root / "build" / "source" / lab / f"{lab}.ipynb"
-        if not solution.is_file():
-            raise SystemExit(f"{solution} is missing: run `make build` first.")
-        return cached_reference(solution, references.path(references.folder(root), lab))
+    where = references.folder(root)
+    jobs = []
+    for lab in labs:
+        source = root / "build" / "source" / lab
+        names = notebooks(source)
+        if not names:
+            raise SystemExit(f"{source / f'{lab}.ipynb'} is missing: run `make build` first.")
+        jobs += [(source / f"{name}.ipynb", references.path(where, lab, name)) for name in names]
 
     with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        list(pool.map(one, labs))
+        list(pool.map(lambda job: cached_reference(*job), jobs))

@@ -25,6 +25,19 @@ def message_parts(node: ast.expr) -> list[str | None] | None:
     return None
 
 
+def assert_parts(node: ast.expr) -> list[str | None] | None:
+    """An ``assert``'s message as written in the release, like `message_parts`, where any
+    other expression added to a string (``"... it is " + repr(got)``) is a placeholder too;
+    None when the message has no literal text (a name, a call)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = assert_parts(node.left), assert_parts(node.right)
+        if left is None and right is None:
+            return None
+        return (left or [None]) + (right or [None])
+    parts = message_parts(node)
+    return parts if parts and any(p for p in parts) else None
+
+
 def placeholder_names(node: ast.expr) -> list[str | None]:
     """The variable each placeholder of the message shows, in order (None: not a plain name)."""
     if isinstance(node, ast.JoinedStr):

@@ -55,7 +55,7 @@ from graders.class_run import (
     table,
     write_timings,
 )
-from graders.course import LABS, REPO, prepare_data, unknown_labs
+from graders.course import LABS, REPO, notebooks, prepare_data, unknown_labs
 from graders.export import export_grades
 from graders.gradelog import LogEntry
 from graders.intake import HandIn, Problem
@@ -116,13 +116,21 @@ def grade_class(
     force: bool = False,
     scheduler: str | None = None,
 ) -> ClassRun:
-    labs = labs or LABS
     root = Path(root).resolve()  # a task graded here changes the working folder meanwhile
+    labs = labs or LABS + own_assignments_built(root)
+    own = [a for a in labs if a not in LABS]  # an instructor's own: nbgrader's autograde
+    labs = [a for a in labs if a in LABS]
     workers = workers or os.cpu_count() or 1
     run = ClassRun(started_at=time.time())
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     start = time.monotonic()
     book, scheduler = _where_to_grade(root, scheduler, say)
+    if own:
+        prepare_references(root, own, workers)
+        for assignment in own:
+            grade_own(root, assignment, students, run, feedback, say)
+    if not labs:
+        return _finish(root, run, feedback, own, None, start)
     hand_ins = _intake(root, labs, students, run)
     labs_graded = sorted({h.lab for h in hand_ins})
     local = None
@@ -162,6 +170,10 @@ def grade_class(
     finally:
         if local is not None:  # stopped before the tasks ran (Ctrl-C, a missing solution)
             ending = local.close()
+    return _finish(root, run, feedback, labs + own, ending, start)
+
+
+def _finish(root: Path, run: ClassRun, feedback: bool, labs: list[str], ending, start) -> ClassRun:
     if feedback:  # while the local cluster ends
         try:
             export_grades(root, root / "grades.csv", REPO / "nbgrader_config.py")
@@ -173,6 +185,50 @@ def grade_class(
         ending.join()
     run.wall_s = time.monotonic() - start
     return run
+
+
+def own_assignments_built(root: Path) -> list[str]:
+    """The instructor's own assignments `make build` put in the course's source folder."""
+    source = root / "build" / "source"
+    if not source.is_dir():
+        return []
+    return sorted(p.name for p in source.iterdir() if p.name not in LABS and notebooks(p))
+
+
+def grade_own(root: Path, assignment: str, students, run: ClassRun, feedback: bool, say) -> None:
+    """An instructor's own assignment (any notebooks, files beside them): each hand-in by
+    nbgrader's own autograde and generate_feedback in the course, with the course's steps
+    (the sandbox, its released files and budgets per notebook, the judge), one hand-in at a
+    time. A hand-in nbgrader cannot grade is recorded as 0, flagged and listed with nbgrader's
+    reason; the others are graded."""
+    from graders.nbgrader_cli import make_api_factory, this_python_first
+    from graders.task import failure_reason
+
+    api = make_api_factory(REPO / "nbgrader_config.py")(str(root), {})
+    submitted = root / "submitted"
+    found = sorted(
+        p.parent.name
+        for p in submitted.glob(f"*/{assignment}")
+        if p.is_dir() and not p.is_symlink() and not p.parent.is_symlink()
+    )
+    for student in [s for s in found if students is None or s in students]:
+        where = f"submitted/{student}/{assignment}"
+        say(f"grading {where} (nbgrader autograde)")
+        mark = time.monotonic()
+        with this_python_first():
+            done = api.autograde(assignment, student, force=True, create=True)
+        graded = done.get("success") and (root / "autograded" / student / assignment).is_dir()
+        if not graded:
+            reason = failure_reason(str(done.get("log", "")) + "\n" + str(done.get("error", "")))
+            run.problems.append(Problem(where, f"{reason}; recorded as 0"))
+            merge.record_failure(root, student, assignment)
+        elif feedback:
+            with this_python_first():
+                made = api.generate_feedback(assignment, student, force=True)
+            if not made.get("success"):
+                run.problems.append(Problem(where, "nbgrader generate_feedback failed"))
+        run.graded += bool(graded)
+        run.timings[(student, assignment)] = {"execution": time.monotonic() - mark}
 
 
 def _where_to_grade(root: Path, scheduler: str | None, say) -> tuple[Path, str | None]:
@@ -274,8 +330,9 @@ def main(argv: list[str] | None = None) -> int:
         help=f"a Dask scheduler's address (default: ${engine.ENV}, nbgrader_config.py, else local)",
     )
     args = parser.parse_args(argv)
-    labs = args.labs or LABS
-    if complaint := unknown_labs(labs):
+    own = own_assignments_built(args.root.resolve())
+    labs = args.labs or LABS + own
+    if complaint := unknown_labs([a for a in labs if a not in own]):
         print(complaint, file=sys.stderr)
         return 2
     run = grade_class(

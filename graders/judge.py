@@ -40,6 +40,7 @@ from traitlets import Unicode
 
 from graders import references, torch_errors, wire
 from graders.check_source import (
+    assert_parts,
     joined,
     listed_values,
     message_parts,
@@ -136,6 +137,17 @@ def visible_failure(source: str, line: int | None, ename: str, output=None) -> s
         if parts:
             listed = listed_values(tree, calls[-1])
             return f"A visible check failed: {fill(parts, output.get('evalue', ''), listed)}"
+    asserts = [
+        node
+        for node in (ast.walk(tree) if tree else [])
+        if isinstance(node, ast.Assert)
+        and node.msg is not None
+        and node.lineno <= line <= (node.end_lineno or node.lineno)
+    ]
+    if asserts and ename == "AssertionError":  # the instructor's own words for the student
+        parts = joined(assert_parts(asserts[-1].msg) or [])
+        if parts:
+            return f"A visible check failed: {fill(parts, output.get('evalue', ''))}"
     if ename == "NameError":
         return undefined_name(tree, output)
     lines = source.split("\n")
@@ -262,8 +274,14 @@ class JudgeRecords(NbGraderPreprocessor):
         problem = environment_problem(nb)
         if problem:  # stop: grading this notebook here would give 0 for nothing
             raise GradingEnvironmentError(problem)
-        reference = self._reference(lab, resources)
+        notebook = info.get("notebook") or lab
+        try:
+            reference, missing = self._reference(lab, notebook), None
+        except Exception as error:  # noqa: BLE001 - needed only where a hidden test recorded
+            reference, missing = {}, error
         for index, cell in test_cells(nb):
+            if missing is not None and _records_any(cell):  # nothing to compare them with
+                raise missing
             grade_id = cell.metadata.nbgrader["grade_id"]
             kind, sentence = verdict(cell, index, reference.get(grade_id, []), limits)
             cell.metadata[VERDICT] = Verdict(kind=kind, sentence=sentence)
@@ -277,20 +295,34 @@ class JudgeRecords(NbGraderPreprocessor):
                 ]
         return nb, resources
 
-    def _reference(self, lab: str | None, resources: dict) -> Observations:
+    def _reference(self, lab: str | None, notebook: str | None) -> Observations:
+        """The solution's records of this notebook. Needed only where a hidden test recorded
+        (an ordinary nbgrader notebook records nothing and needs none); missing then, the
+        notebook cannot be judged, and nbgrader reports it as not graded (never a 0)."""
         from nbgrader.coursedir import CourseDirectory
 
         coursedir = CourseDirectory(config=self.config)
         root = Path(coursedir.root)
         folder = Path(self.reference_dir) if self.reference_dir else references.folder(root)
-        source = Path(coursedir.format_path(coursedir.source_directory, ".", lab)) / f"{lab}.ipynb"
+        file = references.path(folder, lab, notebook)
+        source = Path(coursedir.format_path(coursedir.source_directory, ".", lab))
+        source = source / f"{notebook}.ipynb"
         if source.is_file():  # plain nbgrader in the repository: made again if stale
             from graders.build_reference import cached_reference
 
-            return cached_reference(source, references.path(folder, lab))
+            return cached_reference(source, file)
         try:  # no source notebook here: the records made with it, as they are
-            return references.observations(references.path(folder, lab))
+            return references.observations(file)
         except (OSError, ValueError, KeyError) as error:
             raise RuntimeError(
-                f"no reference records for {lab} in {folder}: run `make build` ({error})"
+                f"no reference records for {lab}/{notebook}.ipynb in {folder}, and its hidden "
+                f"tests recorded results to compare with them: run `make build` ({error})"
             ) from None
+
+
+def _records_any(cell) -> bool:
+    """Whether a test cell's outputs hold records of a hidden test (graders.records)."""
+    try:
+        return bool(cell_records(cell))
+    except Malformed:
+        return True

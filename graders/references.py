@@ -1,4 +1,5 @@
-"""Reference files: build/reference/<lab>.json, the records of a lab's solution notebook.
+"""Reference files: build/reference/<lab>.json, the records of a lab's solution notebook
+(build/reference/<assignment>/<notebook>.json for every other notebook of an assignment).
 
 `make build` makes them (graders.build_reference runs the solution); the judge compares each
 hand-in's records with them; the class run ships them to its tasks (graders.task writes a
@@ -40,9 +41,13 @@ def folder(root: Path) -> Path:
     return root / "build" / "reference"
 
 
-def path(where: Path, lab: str) -> Path:
-    """The reference file of `lab` in the folder `where`."""
-    return where / f"{lab}.json"
+def path(where: Path, lab: str, notebook: str | None = None) -> Path:
+    """The reference file of `lab`'s notebook `notebook` in the folder `where`: <lab>.json for
+    the notebook named after its assignment (every lab's), <lab>/<notebook>.json for the
+    others of an assignment with several notebooks (an instructor's own)."""
+    if notebook is None or notebook == lab:
+        return where / f"{lab}.json"
+    return where / lab / f"{notebook}.json"
 
 
 def read(file: Path) -> ReferenceFile:

@@ -144,17 +144,19 @@ class SandboxedExecute(Execute):
                 km.sandbox["budget_s"] = self._notebook_s
         return km
 
-    def _timing(self, lab: str | None):
-        """The lab's timed reference (graders.references.timing), or why there is none."""
+    def _timing(self, lab: str | None, notebook: str | None = None):
+        """The notebook's timed reference (graders.references.timing), or why there is none."""
         if not lab:
             return None, "the notebook's lab is not known"
         from nbgrader.coursedir import CourseDirectory
 
+        notebook = notebook or lab
         coursedir = CourseDirectory(config=self.config)
         root = Path(coursedir.root)
         folder = Path(self.reference_dir) if self.reference_dir else references.folder(root)
-        file = references.path(folder, lab)
-        source = Path(coursedir.format_path(coursedir.source_directory, ".", lab)) / f"{lab}.ipynb"
+        file = references.path(folder, lab, notebook)
+        source = Path(coursedir.format_path(coursedir.source_directory, ".", lab))
+        source = source / f"{notebook}.ipynb"
         if not self.reference_dir and source.is_file():  # plain nbgrader in the repository
             from graders.build_reference import cached_reference
 
@@ -191,15 +193,42 @@ class SandboxedExecute(Execute):
             SandboxedExecute._data_of[lab] = Settings(readonly=[root], env=env)
         return SandboxedExecute._data_of[lab]
 
+    def _released(self, lab: str | None) -> Settings:
+        """Plain nbgrader (the grader gave no files): the files and folders released with the
+        assignment (its release folder, what students got; never the hand-in's copies), put
+        read-only in the kernel's working folder, as a plain nbgrader kernel finds them beside
+        the notebook. Links and notebooks are left out."""
+        if not lab or "files" in self.settings:
+            return {}
+        from nbgrader.coursedir import CourseDirectory
+
+        coursedir = CourseDirectory(config=self.config)
+        folder = Path(coursedir.format_path(coursedir.release_directory, ".", lab))
+        try:
+            entries = sorted(folder.iterdir()) if folder.is_dir() else []
+        except OSError:
+            entries = []
+        files = [
+            str(p)
+            for p in entries
+            if not p.is_symlink()
+            and (p.is_file() or p.is_dir())
+            and p.suffix != ".ipynb"
+            and not p.name.startswith(".")
+            and p.name not in ("__pycache__", "feedback")
+        ]
+        return Settings(files=files) if files else {}
+
     def preprocess(self, nb, resources=None, km=None):
         resources = resources if resources is not None else {}
-        self._data = self._course_data(resources.get("nbgrader", {}).get("assignment"))
+        lab = resources.get("nbgrader", {}).get("assignment")
+        self._data = {**self._course_data(lab), **self._released(lab)}
         self._limits = resources.setdefault("sandbox_limits", {})
         self._stuck = None  # why the kernel can run nothing more
         self._plan, self._notebook_s = None, self.settings.get("budget_s")
         if not self.settings.get("flat"):
             lab = resources.get("nbgrader", {}).get("assignment")
-            timed, why_not = self._timing(lab)
+            timed, why_not = self._timing(lab, resources.get("nbgrader", {}).get("notebook"))
             if timed is not None:
                 self._plan, self._notebook_s = budgets.plan(nb, *timed, self.policy())
             elif (lab, why_not) not in SandboxedExecute._noted:

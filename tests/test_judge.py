@@ -163,3 +163,38 @@ def test_a_name_not_defined_sends_the_student_to_the_cell_that_defines_it():
         kind, words = said(hostile)
         assert "leak_me" not in words and "<b>" not in words
         assert "a name it uses is not defined" in words
+
+
+def test_an_instructors_assert_message_reaches_the_student_from_the_release():
+    """nbgrader's own style of visible test: `assert ..., "message"`. The message the
+    instructor wrote is quoted from the release (not from the kernel's text); values the
+    student's code computed keep the elision rule (only typed values are shown), and an
+    assert in a hidden region still says nothing of it."""
+    source = "\n".join(
+        [
+            'assert double(2) == 4, "double(2) should be 4 but it is " + repr(double(2))',
+            'assert double(3) == 6, f"double(3) should be 6 (it gave {double(3)})"',
+            "### BEGIN HIDDEN TESTS",
+            'assert double(7) == 14, "double(7) should be 14"',
+            "### END HIDDEN TESTS",
+        ]
+    )
+
+    def failed(line, evalue):
+        output = error_output("AssertionError", line)
+        output.evalue = evalue
+        return verdict(graded_cell(source, [output]), 0, [], {})
+
+    assert failed(1, "double(2) should be 4 but it is 'my secret text'") == (
+        "visible",
+        "A visible check failed: double(2) should be 4 but it is …",
+    )
+    assert failed(1, "double(2) should be 4 but it is 5") == (
+        "visible",
+        "A visible check failed: double(2) should be 4 but it is 5",
+    )
+    assert failed(2, "double(3) should be 6 (it gave 7)")[1] == (
+        "A visible check failed: double(3) should be 6 (it gave 7)"
+    )
+    kind, words = failed(4, "double(7) should be 14")
+    assert kind == "hidden" and "double(7) should be 14" not in words

@@ -187,3 +187,83 @@ def test_a_lab_without_timed_references_gets_the_flat_limits_with_a_note(tmp_pat
     assert resources["sandbox_limits"] == {0: "stopped at the time limit of 3 s for one cell"}
     assert "no per-lab time budgets for lab_untimed" in caplog.text
     assert "run `make build`" in caplog.text
+
+
+def test_each_notebook_of_an_assignment_has_its_own_budgets(tmp_path):
+    """An assignment with several notebooks: each is budgeted from its own reference run
+    (build/reference/<assignment>/<notebook>.json), not from the notebook named after the
+    assignment. Here the instructor's own check in `project` takes 2 s and the quiz's cells
+    0.1 s: the project's cell gets 2 x 2 s and finishes; under the quiz's budgets (or a floor)
+    it would be stopped at 1 s and its check blamed on the student."""
+    from graders import budgets, references
+
+    project = new_notebook(
+        cells=[new_code_cell("x = 1", id="setup"), graded_cell("import time\ntime.sleep(2.5)", "t")]
+    )
+    timed_reference(tmp_path / "ref", "quiz", project, 0.1)  # quiz.json: the quiz's notebook
+    cells = [
+        budgets.CellTime(id=c.get("id"), grade_id=None, source=budgets.digest(c.source), seconds=s)
+        for c, s in zip(project.cells, (0.1, 2.0), strict=True)
+    ]
+    references.write(
+        references.path(tmp_path / "ref", "quiz", "project"),
+        {"version": references.VERSION, "observations": {}, "seconds": 2.1, "cells": cells},
+    )
+    step, runtime = budgeted_step(
+        tmp_path, budget_multiple=2, budget_floor_s=1, budget_first_cell_floor_s=1,
+        budget_notebook_floor_s=30,
+    )  # fmt: skip
+    resources = lab_resources(tmp_path, lab="quiz")
+    resources["nbgrader"]["notebook"] = "project"
+    try:
+        step.preprocess(project, resources)
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+    assert resources["sandbox_limits"] == {}
+    assert not [o for o in project.cells[1].outputs if o.get("output_type") == "error"]
+
+
+def test_the_released_files_and_folders_are_read_only_beside_the_notebook(tmp_path):
+    """Plain `nbgrader autograde`: the kernel's working folder holds the files and folders
+    released with the assignment (labs/<assignment>/: data.txt, data/), read-only, taken from
+    the release and never from the hand-in: a hand-in folder whose data.txt was replaced, whose
+    data/ holds a link to a file of the grader's, or which holds a huge (sparse, 2 GB) file,
+    changes nothing the kernel sees, and nothing it writes there reaches the release."""
+    course = tmp_path / "course"
+    release = course / "labs" / "quiz"
+    (release / "data").mkdir(parents=True)
+    (release / "data.txt").write_text("line 1\nline 2\n")
+    (release / "data" / "more.txt").write_text("more")
+    (release / "quiz.ipynb").write_text("{}")
+    hand_in = course / "autograded" / "student" / "quiz"  # where nbgrader copied the hand-in
+    (hand_in / "data").mkdir(parents=True)
+    (hand_in / "data.txt").write_text("forged\n")
+    (hand_in / "data" / "more.txt").symlink_to("/etc/hostname")
+    with open(hand_in / "huge.bin", "wb") as fh:
+        fh.truncate(2 * 2**30)
+    nb = new_notebook(
+        cells=[
+            new_code_cell("import os\nprint(sorted(os.listdir('.')))"),
+            new_code_cell("print(open('data.txt').read(), open('data/more.txt').read())"),
+            new_code_cell("open('data.txt', 'w').write('mine')"),
+            new_code_cell("open('data/more.txt', 'a').write('mine')"),
+        ]
+    )
+    step, runtime = budgeted_step(tmp_path)
+    step.config.CourseDirectory.root = str(course)
+    step.config.CourseDirectory.release_directory = "labs"
+    step.allow_errors = True
+    resources = {"metadata": {"path": str(hand_in)}, "nbgrader": {"assignment": "quiz"}}
+    try:
+        step.preprocess(nb, resources)
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+    listed = stream_text(nb.cells[0])
+    assert "'data'" in listed and "'data.txt'" in listed and "huge.bin" not in listed
+    assert "quiz.ipynb" not in listed
+    assert stream_text(nb.cells[1]).split() == ["line", "1", "line", "2", "more"]
+    for cell in nb.cells[2:]:
+        errors = [o.ename for o in cell.outputs if o.output_type == "error"]
+        assert errors in (["OSError"], ["PermissionError"]), cell  # read-only, or not theirs
+    assert (release / "data.txt").read_text() == "line 1\nline 2\n"
+    assert (release / "data" / "more.txt").read_text() == "more"

@@ -48,6 +48,7 @@ import os
 import selectors
 import signal
 import socket
+import stat
 import struct
 import sys
 import traceback
@@ -280,7 +281,8 @@ def _init(request: dict, fds: list[int]) -> None:
             fh.write(data)
         os.chmod(os.path.join(folder, name), 0o444)
     for target, index in request["files"]:  # read-only, in the working folder
-        _attach(fds[index], os.path.join(WORKDIR, target), folder=False, parents=0o777)
+        folder = stat.S_ISDIR(os.fstat(fds[index]).st_mode)  # a released data folder
+        _attach(fds[index], os.path.join(WORKDIR, target), folder=folder, parents=0o777)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # an init: no signal from inside ends it
     _fresh_proc()
     _check(_libc.umount2(b"/dev/pts", MNT_DETACH), "umount /dev/pts")
