@@ -777,8 +777,10 @@ for _seed, _extra, _h2 in [(5, 1, 2), (6, 5, 4), (7, 3, 4)]:
 
 # %% [markdown]
 # After growing, the old weights take the same Adam step they would have taken in the
-# small model: the new units add zero to the output (the printed change of the output below
-# is zero), so the old gradients are unchanged, and the moments and step count came along.
+# small model: each new unit adds exactly zero to every sum in the output, so the output moves
+# by a rounding error at most (the printed change below is zero, or about 1e-7 where the
+# wider matrix product adds its terms in another order), the old gradients are unchanged up
+# to that rounding, and the moments and step count came along.
 # Had you created a fresh `Adam`, every weight would restart with `step = 1`, whose update
 # is about `lr` in size for every weight, a jolt to a network in the middle of training. See
 # it: an `MLP` with 2 hidden units, grown to 8 by your `grow` halfway through training, then
