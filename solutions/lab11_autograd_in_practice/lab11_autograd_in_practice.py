@@ -292,8 +292,10 @@ for name, (fn, point) in cases.items():
 # Training in 16-bit floats halves the memory of activations and runs faster where the
 # hardware has 16-bit units. `torch.autocast` does it per operation: inside the `with` block,
 # operations that gain from lower precision (matrix products, convolutions) run in it, and
-# operations that need the range or accuracy of `float32` (reductions such as a loss) run in
-# `float32`. Your parameters stay `float32`. On a CPU the lower precision is `bfloat16` by
+# some that need the range or accuracy of `float32` run in `float32`: on the CPU autocast of
+# this lab, the losses (`mse_loss`, `cross_entropy`, `nll_loss`), while reductions such as
+# `sum`, `mean` and `softmax` stay in 16 bits. Your parameters stay `float32`. On a CPU the
+# lower precision is `bfloat16` by
 # default; on an NVIDIA GPU it is usually `float16`. What ran in which type on your machine:
 
 # %%
@@ -304,6 +306,8 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
     outputs = {
         "layer(inputs)  (a matrix product)": hidden,
         "hidden.relu()": hidden.relu(),
+        "hidden.sum()  (a reduction)": hidden.sum(),
+        "hidden.softmax(dim=1)": hidden.softmax(dim=1),
         "F.mse_loss(hidden, targets)": F.mse_loss(hidden, targets),
         "F.cross_entropy(hidden, labels)": F.cross_entropy(hidden, torch.tensor([0, 1] * 4)),
     }
@@ -315,8 +319,10 @@ loss.backward()
 print("layer.weight.grad:", layer.weight.grad.dtype)
 
 # %% [markdown]
-# `bfloat16` has the exponent range of `float32` and fewer digits, so it underflows no sooner
-# than `float32` does. `float16` has more digits but a tiny range: its smallest positive
+# `bfloat16` has the exponent range of `float32` and fewer digits: the same smallest normal
+# number, $2^{-126}$, so it underflows sooner than `float32` only below that (its subnormals
+# stop at $2^{-133}$, those of `float32` at $2^{-149}$). `float16` has more digits but a tiny
+# range: its smallest positive
 # number is $2^{-24} \approx 6 \cdot 10^{-8}$, and anything below half of it rounds to 0.
 # Gradients are often that small, late in training when the residuals are small. The cell
 # measures it on a small network whose residuals are about a thousandth, with `float16`
@@ -615,7 +621,8 @@ for step in range(1, 101):
 # To fine-tune only the last layer of a network, turn off `requires_grad` on the others:
 # `module.requires_grad_(False)`. Then `backward()` computes no gradient for them, their
 # `.grad` stays `None`, and the forward pass records no graph for their weights. An optimizer
-# skips a parameter whose `.grad` is `None`, even with momentum or weight decay, so you may
+# skips a parameter whose `.grad` is `None`, even with momentum or weight decay (all but
+# `LBFGS`, as lab 6 showed: it moves a parameter frozen after training began), so you may
 # still hand it all parameters; handing it only the trainable ones is cleaner (no state kept
 # for the others). The trap is a `.grad` that is a tensor of zeros instead of `None`: the
 # optimizer then steps the frozen parameter anyway, and Adam, with its running averages,
@@ -933,7 +940,8 @@ except NotImplementedError:
 # Sometimes a piece of your model is code that PyTorch cannot look into: a kernel from a
 # C++, CUDA or Triton library, or plain Python. Below, plain Python stands for it:
 # `softplus_kernel` computes $\log(1 + e^x)$ number by number. Lab 9 would wrap it in an
-# `autograd.Function` to give it a gradient. That works for `backward()`, but
+# `autograd.Function` (a `forward(x)` and a `setup_context`) to give it a gradient. That works
+# for `backward()`, but
 # `torch.compile` tries to trace *into* the Function's `forward`, meets code it cannot put in
 # a graph (here `tolist()`), and breaks the graph there. Counted:
 
@@ -947,9 +955,12 @@ def softplus_kernel(x):
 
 class SoftplusFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
+    def forward(x):
         return softplus_kernel(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
 
     @staticmethod
     def backward(ctx, grad_output):

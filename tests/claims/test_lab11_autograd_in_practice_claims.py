@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from claims import claim
+from claims import claim, lab_class
 from torch import nn
 
 LAB = "lab11_autograd_in_practice"
@@ -78,16 +78,7 @@ def softplus_op():
     return op
 
 
-class SoftplusFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return softplus_kernel(x)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        (x,) = ctx.saved_tensors
-        return grad_output * torch.sigmoid(x)
+SoftplusFunction = lab_class(LAB, "SoftplusFunction", softplus_kernel=softplus_kernel)
 
 
 def aot_graphs(fn, *args):
@@ -285,17 +276,23 @@ def test_max_with_ties():
 @claim(
     LAB,
     "operations that gain from lower precision (matrix products, convolutions) run in it, and "
-    "operations that need the range or accuracy of `float32` (reductions such as a loss) run in "
-    "`float32`. Your parameters stay `float32`.",
+    "some that need the range or accuracy of `float32` run in `float32`: on the CPU autocast of "
+    "this lab, the losses (`mse_loss`, `cross_entropy`, `nll_loss`), while reductions such as "
+    "`sum`, `mean` and `softmax` stay in 16 bits. Your parameters stay `float32`.",
 )
 def test_autocast_per_operation():
     layer = nn.Linear(4, 3)
+    labels = torch.tensor([0, 1] * 4)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         hidden = layer(torch.randn(8, 4))
         conv = F.conv2d(torch.randn(1, 1, 4, 4), torch.randn(1, 1, 3, 3))
         loss = F.mse_loss(hidden, torch.randn(8, 3))
+        losses = [F.cross_entropy(hidden, labels), F.nll_loss(hidden.log_softmax(1), labels)]
+        reductions = [hidden.sum(), hidden.mean(), hidden.softmax(1), hidden.log_softmax(1)]
     assert hidden.dtype == conv.dtype == torch.bfloat16
     assert loss.dtype == torch.float32 and layer.weight.dtype == torch.float32
+    assert all(t.dtype == torch.float32 for t in losses)
+    assert all(t.dtype == torch.bfloat16 for t in reductions)
     loss.backward()
     assert layer.weight.grad.dtype == torch.float32
 
@@ -312,14 +309,20 @@ def test_autocast_default_dtypes():
 
 @claim(
     LAB,
-    "`bfloat16` has the exponent range of `float32` and fewer digits, so it underflows no "
-    "sooner than `float32` does. `float16` has more digits but a tiny range: its smallest "
+    "`bfloat16` has the exponent range of `float32` and fewer digits: the same smallest normal "
+    "number, $2^{-126}$, so it underflows sooner than `float32` only below that (its subnormals "
+    "stop at $2^{-133}$, those of `float32` at $2^{-149}$). `float16` has more digits but a tiny "
+    "range: its smallest "
     "positive number is $2^{-24} \\approx 6 \\cdot 10^{-8}$, and anything below half of it "
     "rounds to 0.",
 )
 def test_float_formats():
     bf, f32, f16 = (torch.finfo(t) for t in (torch.bfloat16, torch.float32, torch.float16))
-    assert bf.smallest_normal == f32.smallest_normal and bf.eps > f32.eps
+    assert bf.smallest_normal == f32.smallest_normal == 2.0**-126 and bf.eps > f32.eps
+    assert torch.tensor(2.0**-133).bfloat16().item() == 2.0**-133
+    assert torch.tensor(2.0**-135).bfloat16().item() == 0.0 < torch.tensor(2.0**-135).item()
+    assert torch.tensor(2.0**-149).item() == 2.0**-149
+    assert torch.tensor(2.0**-151, dtype=torch.float64).float().item() == 0.0
     assert f16.eps < bf.eps and f16.max < 1e5
     assert torch.tensor(2.0**-24).half().item() == 2.0**-24
     assert torch.tensor(2.0**-24 * 0.9, dtype=torch.float64).half().item() > 0
@@ -491,8 +494,9 @@ def test_frozen_layer():
 
 @claim(
     LAB,
-    "An optimizer skips a parameter whose `.grad` is `None`, even with momentum or weight decay, "
-    "so you may still hand it all parameters; handing it only the trainable ones is cleaner (no "
+    "An optimizer skips a parameter whose `.grad` is `None`, even with momentum or weight decay "
+    "(all but `LBFGS`, as lab 6 showed: it moves a parameter frozen after training began), so "
+    "you may still hand it all parameters; handing it only the trainable ones is cleaner (no "
     "state kept for the others).",
 )
 def test_optimizer_skips_none_grads():
@@ -512,6 +516,23 @@ def test_optimizer_skips_none_grads():
             optimizer.step()
         assert all(torch.equal(v, net[0].state_dict()[k]) for k, v in before.items())
         assert len(optimizer.state) == 2  # only the trained layer's weight and bias
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 1))
+    optimizer = torch.optim.LBFGS(net.parameters(), lr=0.1)
+    batch = torch.randn(8, 3)
+
+    def closure():
+        optimizer.zero_grad()
+        loss = net(batch).pow(2).mean()
+        loss.backward()
+        return loss
+
+    for step in range(6):
+        if step == 3:
+            net[0].requires_grad_(False)
+            before = net[0].weight.detach().clone()
+        optimizer.step(closure)
+    assert net[0].weight.grad is None and not torch.equal(net[0].weight, before)
 
 
 @claim(
@@ -835,6 +856,20 @@ def test_one_nan_gradient_poisons_the_step():
 def test_sixteen_bits_halve_the_memory():
     for dtype in (torch.float16, torch.bfloat16):
         assert torch.empty(10, dtype=dtype).nbytes * 2 == torch.empty(10).nbytes
+
+
+@claim(
+    LAB,
+    "Lab 9 would wrap it in an `autograd.Function` (a `forward(x)` and a `setup_context`) to give "
+    "it a gradient.",
+)
+def test_the_lab_wraps_the_kernel_in_lab_9s_style():
+    assert "setup_context" in vars(SoftplusFunction)
+    assert list(inspect.signature(SoftplusFunction.forward).parameters) == ["x"]
+    x = torch.randn(4, dtype=torch.float64)
+    assert torch.allclose(
+        torch.func.grad(lambda t: SoftplusFunction.apply(t).sum())(x), x.sigmoid()
+    )
 
 
 @claim(LAB, "That works for `backward()`, but")
