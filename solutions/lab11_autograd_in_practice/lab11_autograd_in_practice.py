@@ -521,6 +521,45 @@ for _seed, _steps, _max_norm, _width in ((112, 4, 0.5, 6), (113, 3, 5.0, 9)):
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# The rest of the recipe (PyTorch's AMP notes). Autocast covers the forward pass and the loss:
+# call `backward()` after the `with` block (each backward operation runs in the type autocast
+# chose for its forward operation). With `bfloat16`, leave the scaler out: its range is that
+# of `float32` (the table's `bfloat16` row). Accumulating over micro-batches, scale each
+# micro-batch's loss and call `scaler.step` and `scaler.update` once, after the last one: the
+# scale must not change while the gradients add up. Save `scaler.state_dict()` with the model
+# and the optimizer: a fresh scaler starts again at 65536 and must find its scale anew. A
+# custom `autograd.Function` that must run in `float32` takes
+# `@torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)` on its `forward` and
+# `@torch.amp.custom_bwd(device_type="cpu")` on its `backward`, in lab 9's older style,
+# `forward(ctx, x)`: with a `setup_context`, torch 2.14.1's backward fails.
+
+# %%
+torch.manual_seed(0)
+model = nn.Linear(5, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+xb, yb = torch.randn(16, 5), torch.randn(16, 2)
+optimizer.zero_grad()
+for x_part, y_part in zip(xb.chunk(4), yb.chunk(4), strict=True):  # 4 micro-batches, 1 step
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = F.mse_loss(model(x_part), y_part) / 4
+    scaler.scale(loss).backward()
+scaler.unscale_(optimizer)
+whole = torch.autograd.grad(F.mse_loss(model(xb), yb), model.weight)[0]
+print("accumulated vs whole batch, largest gap:", (model.weight.grad - whole).abs().max().item())
+scaler.step(optimizer)
+scaler.update()
+resumed = torch.amp.GradScaler("cpu")
+resumed.load_state_dict(scaler.state_dict())
+print("scaler.state_dict():", scaler.state_dict())
+print(
+    "scale: a fresh scaler",
+    torch.amp.GradScaler("cpu").get_scale(),
+    "| resumed",
+    resumed.get_scale(),
+)
+
+# %% [markdown]
 # ## 4. Everyday hygiene, measured
 #
 # ### `total += loss` keeps every graph alive
@@ -1129,6 +1168,30 @@ if defined("softplus_op"):
     print("opcheck:", torch.library.opcheck(softplus_op, (x,), test_utils=tests))
 else:
     print("Solve exercise 5 first: this cell uses your softplus_op.")
+
+# %% [markdown]
+# `torch.func` (lab 10) handles a custom operator unevenly (torch 2.14.1): `grad` raises, with
+# a message about an `autograd.Function`'s `setup_context` although you registered one; `jvp`
+# returns a zero tangent without a word (`register_autograd` gives the reverse mode only);
+# `vmap` runs the operator once per sample, in a loop, with a warning. Called from a
+# `torch.func`-style Function of lab 10, with its own `backward` and `jvp`, it gets `grad` and
+# `jvp`; `vmap` still loops.
+
+# %%
+if defined("softplus_op"):
+    points = torch.tensor([-1.0, 0.0, 2.0], dtype=torch.float64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for name, run in {
+            "grad": lambda: torch.func.grad(lambda t: softplus_op(t).sum())(points),
+            "jvp's tangent": lambda: torch.func.jvp(softplus_op, (points,), (points * 0 + 1,))[1],
+            "vmap": lambda: torch.func.vmap(softplus_op)(points.expand(2, 3)).shape,
+        }.items():
+            try:
+                print(f"{name}: {run()}")
+            except Exception as error:
+                print(f"{name}: {type(error).__name__}: {str(error).split(' For more')[0]}")
+    print("warned:", [str(w.message)[:72] for w in caught if "batching" in str(w.message)])
 
 # %% [markdown]
 # ## 6. The compiler's backward: AOTAutograd

@@ -901,3 +901,197 @@ def test_compiled_backward_is_one_node():
     out = torch.compile(tanh_layer, backend="aot_eager")(x, w)
     out.backward()
     assert torch.allclose(w.grad, x.T @ (1 - torch.tanh(x @ w) ** 2))
+
+
+# ---------------------------------------------------------------- the rest of the AMP recipe
+
+
+@claim(
+    LAB,
+    "Autocast covers the forward pass and the loss: call `backward()` after the `with` block "
+    "(each backward operation runs in the type autocast chose for its forward operation).",
+)
+def test_backward_after_the_block_runs_in_the_forward_types():
+    def run(inside):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 1))
+        seen = []
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            hidden = net[0](torch.randn(16, 5))
+            hidden.register_hook(lambda g: seen.append(g.dtype))
+            loss = F.mse_loss(net[2](net[1](hidden)), torch.zeros(16, 1))
+            if inside:
+                loss.backward()
+        if not inside:
+            loss.backward()
+        return seen, [p.grad for p in net.parameters()]
+
+    (seen_out, out), (seen_in, inside) = run(False), run(True)
+    assert seen_out == seen_in == [torch.bfloat16]  # the matrix product's backward: 16 bits
+    assert all(g.dtype == torch.float32 for g in out)
+    assert all(torch.equal(a, b) for a, b in zip(out, inside, strict=True))
+
+
+@claim(LAB, "With `bfloat16`, leave the scaler out: its range is that of `float32`")
+def test_bfloat16_has_the_range_of_float32():
+    bf, f32, f16 = (torch.finfo(t) for t in (torch.bfloat16, torch.float32, torch.float16))
+    assert bf.smallest_normal == f32.smallest_normal and bf.max / f32.max > 0.99
+    assert f16.max < 1e5
+
+
+@claim(
+    LAB,
+    "Accumulating over micro-batches, scale each micro-batch's loss and call `scaler.step` and "
+    "`scaler.update` once, after the last one: the scale must not change while the gradients "
+    "add up.",
+)
+def test_accumulating_scaled_gradients():
+    torch.manual_seed(0)
+    model = nn.Linear(5, 2)
+    xb, yb = torch.randn(16, 5), torch.randn(16, 2)
+    whole = torch.autograd.grad(F.mse_loss(model(xb), yb), model.weight)[0]
+
+    def accumulate(change_scale):
+        model.weight.grad = None
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+        for k, (x_part, y_part) in enumerate(zip(xb.chunk(4), yb.chunk(4), strict=True)):
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = F.mse_loss(model(x_part), y_part) / 4
+            scaler.scale(loss).backward()
+            if change_scale and k == 1:
+                scaler.update(new_scale=2.0**5)  # what an update in between may do
+        scaler.unscale_(optimizer)
+        return model.weight.grad
+
+    assert torch.allclose(accumulate(False), whole, atol=2e-3)
+    assert not torch.allclose(accumulate(True), whole, atol=0.1)
+
+
+@claim(
+    LAB,
+    "Save `scaler.state_dict()` with the model and the optimizer: a fresh scaler starts again at "
+    "65536 and must find its scale anew.",
+)
+def test_the_scalers_state_dict_keeps_its_scale():
+    scaler = torch.amp.GradScaler("cpu")
+    assert scaler.get_scale() == 65536.0
+    optimizer = torch.optim.SGD([w := torch.ones(2, requires_grad=True)], lr=0.1)
+    w.grad = torch.tensor([float("inf"), 1.0])
+    scaler.scale(w.sum())  # initialises the scale
+    scaler.step(optimizer)
+    scaler.update()  # an overflow: the scale halves
+    assert scaler.get_scale() == 32768.0 and "scale" in scaler.state_dict()
+    resumed = torch.amp.GradScaler("cpu")
+    resumed.load_state_dict(scaler.state_dict())
+    assert resumed.get_scale() == 32768.0 and torch.amp.GradScaler("cpu").get_scale() == 65536.0
+
+
+@claim(
+    LAB,
+    "A custom `autograd.Function` that must run in `float32` takes "
+    '`@torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)` on its `forward` and '
+    '`@torch.amp.custom_bwd(device_type="cpu")` on its `backward`, in lab 9\'s older style, '
+    "`forward(ctx, x)`: with a `setup_context`, torch 2.14.1's backward fails.",
+)
+def test_custom_fwd_and_custom_bwd_need_the_older_style():
+    seen = []
+
+    class Older(torch.autograd.Function):
+        @staticmethod
+        @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
+        def forward(ctx, x):
+            seen.append((x.dtype, torch.is_autocast_enabled("cpu")))
+            y = x.exp()
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        @torch.amp.custom_bwd(device_type="cpu")
+        def backward(ctx, grad_output):
+            (y,) = ctx.saved_tensors
+            return grad_output * y
+
+    class Newer(torch.autograd.Function):
+        @staticmethod
+        @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
+        def forward(x):
+            return x.exp()
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(output)
+
+        @staticmethod
+        @torch.amp.custom_bwd(device_type="cpu")
+        def backward(ctx, grad_output):
+            (y,) = ctx.saved_tensors
+            return grad_output * y
+
+    x = torch.randn(4, 3, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        hidden = x @ torch.eye(3)
+        older, newer = Older.apply(hidden), Newer.apply(hidden)
+    assert hidden.dtype == torch.bfloat16 and older.dtype == torch.float32
+    assert seen == [(torch.float32, False)]
+    older.sum().backward()
+    assert x.grad is not None
+    with pytest.raises(AttributeError, match="_fwd_used_autocast"):
+        newer.sum().backward()
+    assert torch.__version__.startswith("2.14.1")
+
+
+# ---------------------------------------------------------------- a custom op under torch.func
+
+
+@claim(
+    LAB,
+    "`torch.func` (lab 10) handles a custom operator unevenly (torch 2.14.1): `grad` raises, with "
+    "a message about an `autograd.Function`'s `setup_context` although you registered one; `jvp` "
+    "returns a zero tangent without a word (`register_autograd` gives the reverse mode only); "
+    "`vmap` runs the operator once per sample, in a loop, with a warning. Called from a "
+    "`torch.func`-style Function of lab 10, with its own `backward` and `jvp`, it gets `grad` and "
+    "`jvp`; `vmap` still loops.",
+)
+def test_a_custom_op_under_torch_func(softplus_op):
+    import warnings
+
+    x = torch.tensor([-1.0, 0.0, 2.0], dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="must override the setup_context staticmethod"):
+        torch.func.grad(lambda t: softplus_op(t).sum())(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not a word
+        warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated", FutureWarning)
+        _, tangent = torch.func.jvp(softplus_op, (x,), (torch.ones_like(x),))
+    assert torch.equal(tangent, torch.zeros_like(x))
+    loop_op_input = x.expand(4, 3)
+    with pytest.warns(UserWarning, match="not yet implemented the batching rule"):
+        out = torch.func.vmap(softplus_op)(loop_op_input)  # the batched fallback: a loop
+    assert torch.allclose(out, F.softplus(loop_op_input))
+
+    class Wrapped(torch.autograd.Function):
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(t):
+            return softplus_op(t)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+            ctx.save_for_forward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            return grad_output * torch.sigmoid(ctx.saved_tensors[0])
+
+        @staticmethod
+        def jvp(ctx, tangent):
+            return tangent * torch.sigmoid(ctx.saved_tensors[0])
+
+    assert torch.allclose(torch.func.grad(lambda t: Wrapped.apply(t).sum())(x), x.sigmoid())
+    assert torch.allclose(
+        torch.func.jvp(Wrapped.apply, (x,), (torch.ones_like(x),))[1], x.sigmoid()
+    )
+    with pytest.warns(UserWarning, match="not yet implemented the batching rule"):
+        torch.func.vmap(Wrapped.apply)(loop_op_input)
