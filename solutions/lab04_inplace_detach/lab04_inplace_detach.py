@@ -244,7 +244,10 @@ except RuntimeError as error:
 # Read the message from left to right: *one of the variables needed for gradient computation
 # has been modified by an inplace operation*; it is a float tensor of shape `[3]`, the
 # *output 0 of Exp* (the result of `exp`), it *is at version 1* and autograd *expected
-# version 0*. That names the culprit: the result of `exp` was changed after `exp` saved it.
+# version 0*. That names the culprit here because `exp` saved its *output*: the message names
+# the operation that made the tensor. For a saved *input* it names the in-place operation that
+# last wrote it (*output 0 of Add* after an `add_`), and nothing for a tensor that needs no
+# gradient; the shape and the versions still point at it.
 #
 # There are two fixes, both of which give autograd its own copy of the numbers it saved:
 #
@@ -253,7 +256,8 @@ except RuntimeError as error:
 #   the copy.
 #
 # Which operations save what is not something to memorise: try it, and if the error appears,
-# the message tells you which output was overwritten. (Functions whose backward needs their
+# the message tells you that a saved tensor was overwritten, its shape, and how many times it
+# was written since. (Functions whose backward needs their
 # output: `exp`, `tanh`, `sigmoid`, `relu`, `sqrt`, among others; functions that need their
 # *input*, such as `pow`, `sin` or `a * b` of two tensors, break when the input is changed.)
 
@@ -497,7 +501,8 @@ print("same memory:", w.data_ptr() == storage, "  is_leaf:", w.is_leaf, "  versi
 #    too), so the next `backward()` starts afresh (lab 2).
 #
 # It returns nothing. This is what `torch.optim.SGD(params, lr).step()` followed by
-# `zero_grad()` does.
+# `zero_grad(set_to_none=False)` does; its default, `zero_grad()`, sets each `.grad` to `None`
+# instead, which the next `backward()` fills afresh just the same.
 
 
 # %% nbgrader={"solution": true, "grade_id": "sgd_step"}

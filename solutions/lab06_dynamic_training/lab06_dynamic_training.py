@@ -314,7 +314,8 @@ for _lr, _mu, _grads in _runs:
 # * `optimizer.zero_grad(set_to_none=False)` fills `.grad` with zeros; an unused parameter
 #   then holds a gradient of zero, which is a perfectly good number to an optimizer.
 #
-# `TwoBranch` has two layers of the same shape; `coin` picks which ones the forward pass uses:
+# This `TwoBranch` is not lab 3's, which runs exactly one of its two layers, chosen by
+# `branch`: this one has two layers of the same shape, and `coin` picks one or both:
 
 
 # %%

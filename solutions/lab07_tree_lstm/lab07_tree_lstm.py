@@ -482,8 +482,11 @@ for _n, _m, _H, _E in [(5, 9, 6, 4), (1, 3, 2, 5), (8, 12, 3, 3), (4, 0, 3, 2), 
 
 # %% [markdown]
 # `torch.autograd.gradcheck` compares the gradients autograd computes through your cell with
-# finite differences. Finite differences need float64 (in float32 the rounding error is
-# larger than the step), so we convert the cell with `.double()` and use a tiny hidden size.
+# finite differences. Finite differences need float64: they divide the difference of two
+# outputs a tiny step apart (`eps=1e-6` in `gradcheck`) by that step. In float32 the rounding
+# error of each number is smaller than that step, but divided by it, it becomes a few
+# hundredths of the derivative, far above gradcheck's tolerance. So we convert the cell with
+# `.double()` and use a tiny hidden size.
 
 # %% nbgrader={"grade": true, "points": 1, "grade_id": "test_cell_gradcheck"}
 torch.manual_seed(2)

@@ -35,7 +35,9 @@ import torch.nn.functional as F
 from torch import nn
 
 np.set_printoptions(precision=4, suppress=True)
-# The compiler logs every graph break as a warning; this lab prints what it needs itself.
+# A graph break logs nothing at WARNING (a data-dependent `if`, a `print`, a `while` on a
+# tensor: the graph just ends there); the compiler's own warnings, such as reaching its
+# recompile limit, are silenced here: this lab prints what it needs itself.
 logging.getLogger("torch._dynamo").setLevel(logging.ERROR)
 logging.getLogger("torch.fx").setLevel(logging.ERROR)
 

@@ -1061,6 +1061,59 @@ show_figure(
 # minimum). One checkpoint per use ($k = n$) keeps what the plain pass keeps and pays the
 # second forward for nothing.
 #
+# ### Checkpointing a dynamic graph
+#
+# A checkpointed segment runs twice, and so does every draw inside it. `checkpoint` saves
+# torch's random state and restores it for the recomputation (dropout draws the same mask
+# again), but not Python's `random`, which `DynamicNet` draws its depth from. A depth or a
+# scale drawn inside the segment is drawn anew when backward recomputes it: where the
+# recomputation saves other tensors, backward raises a `CheckpointError`; where it saves
+# tensors of the same shapes, the gradient is computed from activations the forward pass
+# never had, without a word. (Some draws still come out right: the recomputation only refills
+# saved tensors; the graph is the forward's own.) So draw outside the segment and pass the
+# draw in, as exercise 4 passes the depth. Twenty seeds each way:
+
+# %%
+layer, x8 = nn.Linear(8, 8), torch.randn(4, 8)
+
+
+def drawn_outside(h, depth, scale):
+    for _ in range(depth):
+        h = torch.tanh(layer(h)) * scale
+    return h
+
+
+def drawn_inside(h, rng):  # Python's random decides inside the segment
+    return drawn_outside(h, rng.randint(1, 3), rng.uniform(0.5, 1.5))
+
+
+def passed_in(h, rng):
+    return checkpoint(
+        drawn_outside, h, rng.randint(1, 3), rng.uniform(0.5, 1.5), use_reentrant=False
+    )
+
+
+def weight_grad(out):
+    return torch.autograd.grad(out.sum(), layer.weight)[0]
+
+
+for name, run in {
+    "drawn inside the checkpoint": lambda h, rng: checkpoint(
+        drawn_inside, h, rng, use_reentrant=False
+    ),
+    "drawn outside, passed in": passed_in,
+}.items():
+    outcomes = dict.fromkeys(["right gradient", "WRONG gradient, no error", "CheckpointError"], 0)
+    for seed in range(20):
+        plain = weight_grad(drawn_inside(x8, random.Random(seed)))
+        try:
+            right = torch.allclose(weight_grad(run(x8, random.Random(seed))), plain)
+            outcomes["right gradient" if right else "WRONG gradient, no error"] += 1
+        except torch.utils.checkpoint.CheckpointError:
+            outcomes["CheckpointError"] += 1
+    print(f"{name}: {outcomes}")
+
+# %% [markdown]
 # ## 5. Which forward line broke the backward pass?
 #
 # Lab 4's version-counter error says *what* went wrong, and even names the operation whose

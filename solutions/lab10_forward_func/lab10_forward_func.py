@@ -394,14 +394,16 @@ show_figure(
 # the same keys. `torch.func.vmap(g, in_dims=...)` runs `g` on every slice of a batch as **one
 # batched computation** (`in_dims` says which dimension of each argument is the batch, `None`
 # for an argument shared by all). Together, `vmap(grad(loss_of_one_sample))` gives the
-# gradient of each sample's loss separately: **per-sample gradients**, which `backward()`
-# cannot give (it sums over the batch, as lab 3 showed), and which differentially private
-# training needs.
+# gradient of each sample's loss separately: **per-sample gradients**, which one `backward()`
+# of the batch's loss does not give by itself (it sums over the batch, as lab 3 showed; lab 9's
+# hooks had to collect the pieces, layer by layer), and which differentially private training
+# needs.
 #
 # To use a module this way, its parameters must be an argument.
-# `torch.func.functional_call(model, params, args, kwargs)` runs `model.forward(*args,
-# **kwargs)` with the tensors of the dict `params` (keys as in `model.named_parameters()`)
-# in place of the model's own. The model of this section is the course's `DynamicNet`.
+# `torch.func.functional_call(model, params, args, kwargs)` calls `model(*args, **kwargs)`,
+# its hooks included, with the tensors of the dict `params` (keys as in
+# `model.named_parameters()`) in place of the model's own. The model of this section is the
+# course's `DynamicNet`.
 
 
 # %% nbgrader={"locked": true, "grade_id": "dynamic_net"}
@@ -450,8 +452,36 @@ print("depths drawn by three vmap calls over 6 samples each:", draws)
 
 # %% [markdown]
 # That is the dynamic graph meeting `vmap`: a choice made by Python is made once per call, not
-# once per sample. For per-sample gradients the depth is therefore an argument, the same for
-# the whole batch.
+# once per sample. `vmap` refuses three more things a dynamic model does, with torch 2.14.1's
+# messages below: a Python `if` or `while` on a tensor's value (each sample would need a
+# branch of its own), `.item()` (a batched tensor has no one number), and random operations,
+# dropout included, unless you choose `randomness="different"` (a draw per sample) or
+# `"same"` (one draw for all).
+
+
+# %%
+def branch_on_value(x):
+    return x * 2 if x.sum() > 0 else x
+
+
+def uses_item(x):
+    return x * x.sum().item()
+
+
+def noisy(x):
+    return F.dropout(x, 0.5)
+
+
+for fn in (branch_on_value, uses_item, noisy):
+    try:
+        torch.func.vmap(fn)(xs)
+        print(f"{fn.__name__}: worked")
+    except RuntimeError as error:
+        print(f"{fn.__name__}: {str(error).split('. ')[0]}")
+print("noisy, randomness='different':", torch.func.vmap(noisy, randomness="different")(xs).shape)
+
+# %% [markdown]
+# For per-sample gradients the depth is therefore an argument, the same for the whole batch.
 #
 # ### Exercise 3 (2 points): per-sample gradients of a `DynamicNet`
 #
@@ -758,10 +788,12 @@ for name, way in ways.items():
 # %% [markdown]
 # ## 6. Your own `autograd.Function` under `torch.func`
 #
-# Lab 9 wrote `torch.autograd.Function`s whose `forward(ctx, x)` saves what the backward pass
-# needs. Such a Function works with `backward()`, but `torch.func`'s transforms refuse it. A
-# transform calls the pieces of your Function itself, at its own level, so it needs the
-# computation (`forward`) kept apart from the saving (`setup_context`), and a rule for each
+# Lab 9 wrote its Functions with a `forward(x)` and a `setup_context`, the style that
+# `torch.func` supports, and mentioned the older one: a `forward(ctx, x)` that saves what the
+# backward pass needs as it goes. Such a Function works with `backward()`, but `torch.func`'s
+# transforms refuse it. A transform calls the pieces of your Function itself, at its own
+# level, so it needs the computation (`forward`) kept apart from the saving (`setup_context`),
+# and a rule for each
 # thing it does: how to push a tangent through, how to batch. In the style `torch.func`
 # supports:
 #

@@ -307,8 +307,10 @@ for name, (fn, point) in cases.items():
 # Training in 16-bit floats halves the memory of activations and runs faster where the
 # hardware has 16-bit units. `torch.autocast` does it per operation: inside the `with` block,
 # operations that gain from lower precision (matrix products, convolutions) run in it, and
-# operations that need the range or accuracy of `float32` (reductions such as a loss) run in
-# `float32`. Your parameters stay `float32`. On a CPU the lower precision is `bfloat16` by
+# some that need the range or accuracy of `float32` run in `float32`: on the CPU autocast of
+# this lab, the losses (`mse_loss`, `cross_entropy`, `nll_loss`), while reductions such as
+# `sum`, `mean` and `softmax` stay in 16 bits. Your parameters stay `float32`. On a CPU the
+# lower precision is `bfloat16` by
 # default; on an NVIDIA GPU it is usually `float16`. What ran in which type on your machine:
 
 # %%
@@ -319,6 +321,8 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
     outputs = {
         "layer(inputs)  (a matrix product)": hidden,
         "hidden.relu()": hidden.relu(),
+        "hidden.sum()  (a reduction)": hidden.sum(),
+        "hidden.softmax(dim=1)": hidden.softmax(dim=1),
         "F.mse_loss(hidden, targets)": F.mse_loss(hidden, targets),
         "F.cross_entropy(hidden, labels)": F.cross_entropy(hidden, torch.tensor([0, 1] * 4)),
     }
@@ -330,8 +334,10 @@ loss.backward()
 print("layer.weight.grad:", layer.weight.grad.dtype)
 
 # %% [markdown]
-# `bfloat16` has the exponent range of `float32` and fewer digits, so it underflows no sooner
-# than `float32` does. `float16` has more digits but a tiny range: its smallest positive
+# `bfloat16` has the exponent range of `float32` and fewer digits: the same smallest normal
+# number, $2^{-126}$, so it underflows sooner than `float32` only below that (its subnormals
+# stop at $2^{-133}$, those of `float32` at $2^{-149}$). `float16` has more digits but a tiny
+# range: its smallest positive
 # number is $2^{-24} \approx 6 \cdot 10^{-8}$, and anything below half of it rounds to 0.
 # Gradients are often that small, late in training when the residuals are small. The cell
 # measures it on a small network whose residuals are about a thousandth, with `float16`
@@ -549,6 +555,45 @@ for _seed, _steps, _max_norm, _width in ((112, 4, 0.5, 6), (113, 3, 5.0, 9)):
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# The rest of the recipe (PyTorch's AMP notes). Autocast covers the forward pass and the loss:
+# call `backward()` after the `with` block (each backward operation runs in the type autocast
+# chose for its forward operation). With `bfloat16`, leave the scaler out: its range is that
+# of `float32` (the table's `bfloat16` row). Accumulating over micro-batches, scale each
+# micro-batch's loss and call `scaler.step` and `scaler.update` once, after the last one: the
+# scale must not change while the gradients add up. Save `scaler.state_dict()` with the model
+# and the optimizer: a fresh scaler starts again at 65536 and must find its scale anew. A
+# custom `autograd.Function` that must run in `float32` takes
+# `@torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)` on its `forward` and
+# `@torch.amp.custom_bwd(device_type="cpu")` on its `backward`, in lab 9's older style,
+# `forward(ctx, x)`: with a `setup_context`, torch 2.14.1's backward fails.
+
+# %%
+torch.manual_seed(0)
+model = nn.Linear(5, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+xb, yb = torch.randn(16, 5), torch.randn(16, 2)
+optimizer.zero_grad()
+for x_part, y_part in zip(xb.chunk(4), yb.chunk(4), strict=True):  # 4 micro-batches, 1 step
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = F.mse_loss(model(x_part), y_part) / 4
+    scaler.scale(loss).backward()
+scaler.unscale_(optimizer)
+whole = torch.autograd.grad(F.mse_loss(model(xb), yb), model.weight)[0]
+print("accumulated vs whole batch, largest gap:", (model.weight.grad - whole).abs().max().item())
+scaler.step(optimizer)
+scaler.update()
+resumed = torch.amp.GradScaler("cpu")
+resumed.load_state_dict(scaler.state_dict())
+print("scaler.state_dict():", scaler.state_dict())
+print(
+    "scale: a fresh scaler",
+    torch.amp.GradScaler("cpu").get_scale(),
+    "| resumed",
+    resumed.get_scale(),
+)
+
+# %% [markdown]
 # ## 4. Everyday hygiene, measured
 #
 # ### `total += loss` keeps every graph alive
@@ -649,7 +694,8 @@ for step in range(1, 101):
 # To fine-tune only the last layer of a network, turn off `requires_grad` on the others:
 # `module.requires_grad_(False)`. Then `backward()` computes no gradient for them, their
 # `.grad` stays `None`, and the forward pass records no graph for their weights. An optimizer
-# skips a parameter whose `.grad` is `None`, even with momentum or weight decay, so you may
+# skips a parameter whose `.grad` is `None`, even with momentum or weight decay (all but
+# `LBFGS`, as lab 6 showed: it moves a parameter frozen after training began), so you may
 # still hand it all parameters; handing it only the trainable ones is cleaner (no state kept
 # for the others). The trap is a `.grad` that is a tensor of zeros instead of `None`: the
 # optimizer then steps the frozen parameter anyway, and Adam, with its running averages,
@@ -966,7 +1012,8 @@ except NotImplementedError:
 # Sometimes a piece of your model is code that PyTorch cannot look into: a kernel from a
 # C++, CUDA or Triton library, or plain Python. Below, plain Python stands for it:
 # `softplus_kernel` computes $\log(1 + e^x)$ number by number. Lab 9 would wrap it in an
-# `autograd.Function` to give it a gradient. That works for `backward()`, but
+# `autograd.Function` (a `forward(x)` and a `setup_context`) to give it a gradient. That works
+# for `backward()`, but
 # `torch.compile` tries to trace *into* the Function's `forward`, meets code it cannot put in
 # a graph (here `tolist()`), and breaks the graph there. Counted:
 
@@ -980,9 +1027,12 @@ def softplus_kernel(x):
 
 class SoftplusFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
+    def forward(x):
         return softplus_kernel(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -1173,6 +1223,30 @@ if defined("softplus_op"):
         print(f"softplus_op failed here ({type(error).__name__}: {first}): see its check above.")
 else:
     print("Solve exercise 5 first: this cell uses your softplus_op.")
+
+# %% [markdown]
+# `torch.func` (lab 10) handles a custom operator unevenly (torch 2.14.1): `grad` raises, with
+# a message about an `autograd.Function`'s `setup_context` although you registered one; `jvp`
+# returns a zero tangent without a word (`register_autograd` gives the reverse mode only);
+# `vmap` runs the operator once per sample, in a loop, with a warning. Called from a
+# `torch.func`-style Function of lab 10, with its own `backward` and `jvp`, it gets `grad` and
+# `jvp`; `vmap` still loops.
+
+# %%
+if defined("softplus_op"):
+    points = torch.tensor([-1.0, 0.0, 2.0], dtype=torch.float64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for name, run in {
+            "grad": lambda: torch.func.grad(lambda t: softplus_op(t).sum())(points),
+            "jvp's tangent": lambda: torch.func.jvp(softplus_op, (points,), (points * 0 + 1,))[1],
+            "vmap": lambda: torch.func.vmap(softplus_op)(points.expand(2, 3)).shape,
+        }.items():
+            try:
+                print(f"{name}: {run()}")
+            except Exception as error:
+                print(f"{name}: {type(error).__name__}: {str(error).split(' For more')[0]}")
+    print("warned:", [str(w.message)[:72] for w in caught if "batching" in str(w.message)])
 
 # %% [markdown]
 # ## 6. The compiler's backward: AOTAutograd

@@ -126,6 +126,51 @@ def test_version_error_message():
     )
 
 
+@claim(
+    LAB,
+    "That names the culprit here because `exp` saved its *output*: the message names the "
+    "operation that made the tensor. For a saved *input* it names the in-place operation that "
+    "last wrote it (*output 0 of Add* after an `add_`), and nothing for a tensor that needs no "
+    "gradient",
+)
+def test_version_error_names_the_maker_of_an_output_and_the_writer_of_an_input():
+    a = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    b = a * 2
+    s = b.sin()  # sin saves its input b, the output of Mul
+    b.add_(1)
+    with pytest.raises(RuntimeError) as caught:
+        s.sum().backward()
+    message = str(caught.value)
+    assert "which is output 0 of Add, is at version 1; expected version 0" in message
+    assert "Mul" not in message and "Sin" not in message  # neither b's maker nor the saver
+    w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    x = torch.tensor([1.0, 2.0, 3.0])
+    y = w * x  # saves x, which needs no gradient
+    x.mul_(2)
+    with pytest.raises(RuntimeError) as caught:
+        y.sum().backward()
+    assert "[torch.FloatTensor [3]] is at version 1; expected version 0" in str(caught.value)
+    assert "which is output" not in str(caught.value)
+
+
+@claim(
+    LAB,
+    "the message tells you that a saved tensor was overwritten, its shape, and how many times "
+    "it was written since",
+)
+def test_version_error_counts_the_writes():
+    a = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    e = a.exp()
+    e.add_(1)
+    e.mul_(2)
+    with pytest.raises(RuntimeError) as caught:
+        e.sum().backward()
+    assert (
+        "[torch.FloatTensor [3]], which is output 0 of Exp, is at version 2; expected version 0"
+        in str(caught.value)
+    )
+
+
 @claim(LAB, "write it **out of place**, `e = a.exp() + 1`: a new tensor, the saved one is")
 def test_out_of_place_fix():
     a = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
@@ -199,19 +244,33 @@ def test_in_place_update_under_no_grad():
     assert w._version == 1 and torch.allclose(w, torch.tensor([0.95, 1.1, 0.8]))
 
 
-@claim(LAB, "This is what `torch.optim.SGD(params, lr).step()` followed by `zero_grad()` does.")
+@claim(
+    LAB,
+    "This is what `torch.optim.SGD(params, lr).step()` followed by "
+    "`zero_grad(set_to_none=False)` does; its default, `zero_grad()`, sets each `.grad` to "
+    "`None` instead, which the next `backward()` fills afresh just the same.",
+)
 def test_sgd_step_by_hand_is_sgd():
     by_hand = torch.tensor([1.0, -2.0], requires_grad=True)
     other = by_hand.detach().clone().requires_grad_()
+    default = by_hand.detach().clone().requires_grad_()
     optimizer = torch.optim.SGD([other], lr=0.1)
-    for p in (by_hand, other):
+    optimizer_default = torch.optim.SGD([default], lr=0.1)
+    for p in (by_hand, other, default):
         (p**2).sum().backward()
     with torch.no_grad():
         by_hand -= 0.1 * by_hand.grad
     by_hand.grad.zero_()
     optimizer.step()
-    optimizer.zero_grad()
-    assert torch.equal(by_hand.detach(), other.detach()) and other.grad is None
+    optimizer.zero_grad(set_to_none=False)
+    optimizer_default.step()
+    optimizer_default.zero_grad()  # the default: None, not zeros (so not what zero_() does)
+    assert torch.equal(by_hand.detach(), other.detach())
+    assert torch.equal(other.grad, by_hand.grad) and torch.equal(other.grad, torch.zeros(2))
+    assert default.grad is None and torch.equal(default.detach(), by_hand.detach())
+    for p in (by_hand, default):  # the next backward() starts afresh either way
+        (p**2).sum().backward()
+    assert torch.equal(default.grad, by_hand.grad)
 
 
 @claim(LAB, "which levels off near the variance of the noise in the data, $0.1^2$")

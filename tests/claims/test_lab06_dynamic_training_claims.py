@@ -899,3 +899,20 @@ def test_summary_none_and_zero_gradients():
 def test_summary_loading():
     test_strict_false_forgives_names_not_shapes.__wrapped__()
     test_an_optimizer_state_dict_is_by_position.__wrapped__()
+
+
+@claim(
+    LAB,
+    "This `TwoBranch` is not lab 3's, which runs exactly one of its two layers, chosen by "
+    "`branch`: this one has two layers of the same shape, and `coin` picks one or both",
+)
+def test_two_branch_of_lab_6_is_not_lab_3s():
+    from claims import lab_class
+
+    lab3 = lab_class("lab03_accumulation", "TwoBranch")()
+    lab6 = lab_class(LAB, "TwoBranch")()
+    x3, x4 = torch.randn(5, 3), torch.randn(5, 4)
+    assert torch.equal(lab3(x4, 1), lab3.fc_1(x4)) and torch.equal(lab3(x4, 2), lab3.fc_2(x4))
+    assert lab6.a.weight.shape == lab6.b.weight.shape
+    assert torch.equal(lab6(x3, 0), lab6.a(x3)) and torch.equal(lab6(x3, 1), lab6.b(x3))
+    assert torch.allclose(lab6(x3, 2), lab6.a(x3) + lab6.b(x3))

@@ -80,22 +80,6 @@ def test_new_zeros_follows_dtype():
     assert torch.zeros(3, 4).dtype == torch.float32
 
 
-@claim(
-    LAB,
-    "Finite differences need float64 (in float32 the rounding error is larger than the step)",
-)
-def test_gradcheck_needs_float64():
-    def fn(t):
-        return torch.tanh(t) * t
-
-    x64 = torch.randn(6, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(fn, (x64,))
-    x32 = x64.detach().float().requires_grad_()
-    with pytest.warns(UserWarning, match="double precision"):
-        ok = torch.autograd.gradcheck(fn, (x32,), raise_exception=False)
-    assert not ok
-
-
 @claim(LAB, "the checks count the calls with a hook")
 def test_forward_hook_misses_calls_of_forward():
     module = torch.nn.Linear(2, 2)
@@ -303,3 +287,35 @@ def test_packed_lstm_final_state_is_at_each_sequence_end():
     assert torch.allclose(h[-1, 1], lstm(long)[1][0][-1, 0], atol=1e-6)
     _, (h_padded, _) = lstm(padded)  # without packing: the state after the padding
     assert not torch.allclose(h_padded[-1, 0], h[-1, 0], atol=1e-4)
+
+
+@claim(
+    LAB,
+    "Finite differences need float64: they divide the difference of two outputs a tiny step "
+    "apart (`eps=1e-6` in `gradcheck`) by that step. In float32 the rounding error of each "
+    "number is smaller than that step, but divided by it, it becomes a few hundredths of the "
+    "derivative, far above gradcheck's tolerance",
+)
+def test_finite_differences_fail_in_float32_because_the_step_magnifies_the_rounding():
+    import inspect
+
+    defaults = inspect.signature(torch.autograd.gradcheck).parameters
+    eps, atol, rtol = (defaults[name].default for name in ("eps", "atol", "rtol"))
+    assert eps == 1e-6
+    assert torch.finfo(torch.float32).eps / 2 < eps  # rounding: smaller than the step
+    x = torch.linspace(-2, 2, 9, dtype=torch.float64)
+    exact = 1 - torch.tanh(x) ** 2
+    errors = {}
+    for dtype in (torch.float32, torch.float64):
+        t = x.to(dtype)
+        central = (torch.tanh(t + eps) - torch.tanh(t - eps)) / (2 * eps)
+        errors[dtype] = (central.double() - exact).abs().max().item()
+    assert 0.01 < errors[torch.float32] < 0.1  # a few hundredths
+    assert errors[torch.float32] > atol + rtol  # far above the tolerance
+    assert errors[torch.float64] < atol / 100
+    with pytest.warns(UserWarning, match="not a double precision"):
+        passed = torch.autograd.gradcheck(
+            torch.tanh, (x.float().requires_grad_(),), raise_exception=False
+        )
+    assert not passed
+    assert torch.autograd.gradcheck(torch.tanh, (x.clone().requires_grad_(),))

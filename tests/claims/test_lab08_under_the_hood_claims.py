@@ -459,3 +459,54 @@ def test_second_graph_is_unrolled_for_the_drawn_depth():
 def test_eager_while_loop_output_has_a_grad_fn():
     w = (torch.randn(4, 4) * 0.3).requires_grad_()
     assert grow_while(torch.randn(1, 4), w).grad_fn is not None
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.seen = []
+
+    def emit(self, record):
+        self.seen.append(record)
+
+
+def warnings_logged(run):
+    """The records torch's compiler logs at WARNING or above while `run()` runs."""
+    logger = logging.getLogger("torch._dynamo")
+    handler, level = _Records(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    try:
+        run()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    return handler.seen
+
+
+@claim(
+    LAB,
+    "A graph break logs nothing at WARNING (a data-dependent `if`, a `print`, a `while` on a "
+    "tensor: the graph just ends there); the compiler's own warnings, such as reaching its "
+    "recompile limit, are silenced here",
+)
+def test_graph_breaks_log_no_warning_but_the_recompile_limit_does(capsys):
+    def breaks(x, w):
+        if x.sum() > 0:
+            x = x * 2
+        print("a print breaks the graph")
+        return grow(x, w)  # a while on a tensor
+
+    kept = []
+    seen = warnings_logged(lambda: kept.extend(graphs_of(breaks, torch.randn(3), torch.eye(3))))
+    assert len(kept) >= 3 and seen == []
+
+    def scaled(x, n):
+        return x * n
+
+    torch.compiler.reset()
+    compiled = torch.compile(scaled, backend="eager", dynamic=False)
+    limit = torch._dynamo.config.recompile_limit
+    seen = warnings_logged(lambda: [compiled(torch.ones(2), n) for n in range(limit + 2)])
+    assert any("recompile_limit" in r.getMessage() for r in seen)
+    assert all(r.name.startswith("torch._dynamo") for r in seen)

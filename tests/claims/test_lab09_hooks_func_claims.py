@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import random
 import warnings
 
 import pytest
@@ -13,7 +14,7 @@ import torch.nn.functional as F
 from claims import claim, lab_class, lab_function
 from torch import nn
 from torch.autograd.function import once_differentiable
-from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+from torch.utils.checkpoint import CheckpointError, checkpoint, checkpoint_sequential
 
 LAB = "lab09_hooks_func"
 
@@ -951,3 +952,88 @@ def test_unpack_result_is_not_checked_for_dtype():
         f = b.exp()
     f.sum().backward()
     assert torch.allclose(b.grad, 2 * b.detach().exp())  # the wrong tensor, used as it is
+
+
+# ---------------------------------------------------------------- checkpointing a dynamic graph
+
+
+def _tanh_steps(layer, h, depth, scale):
+    for _ in range(depth):
+        h = torch.tanh(layer(h)) * scale
+    return h
+
+
+@claim(
+    LAB,
+    "`checkpoint` saves torch's random state and restores it for the recomputation (dropout "
+    "draws the same mask again), but not Python's `random`, which `DynamicNet` draws its depth "
+    "from.",
+)
+def test_checkpoint_restores_torchs_random_state_not_pythons():
+    layer = nn.Linear(8, 8)
+    x = torch.randn(4, 8)
+
+    def dropped(h):
+        return F.dropout(layer(h), 0.5, training=True)
+
+    torch.manual_seed(3)
+    plain = torch.autograd.grad(dropped(x).sum(), layer.weight)[0]
+    torch.manual_seed(3)
+    out = checkpoint(dropped, x, use_reentrant=False)
+    assert torch.equal(torch.autograd.grad(out.sum(), layer.weight)[0], plain)
+    draws = []
+    rng = random.Random(0)
+
+    def drawing(h):
+        draws.append(rng.random())
+        return torch.tanh(layer(h))
+
+    torch.autograd.grad(checkpoint(drawing, x, use_reentrant=False).sum(), layer.weight)
+    assert len(draws) == 2 and draws[0] != draws[1]  # drawn again, another number
+    net = DynamicNet(4, 4, 2, max_depth=3, seed=0)
+    assert isinstance(net.rng, random.Random)
+
+
+@claim(
+    LAB,
+    "where the recomputation saves other tensors, backward raises a `CheckpointError`; where it "
+    "saves tensors of the same shapes, the gradient is computed from activations the forward "
+    "pass never had, without a word.",
+)
+def test_a_draw_inside_a_checkpoint_raises_or_silently_changes_the_gradient():
+    layer = nn.Linear(8, 8)
+    x = torch.randn(4, 8)
+
+    def inside(h, rng):
+        return _tanh_steps(layer, h, rng.randint(1, 3), rng.uniform(0.5, 1.5))
+
+    def grad(out):
+        return torch.autograd.grad(out.sum(), layer.weight)[0]
+
+    seen = set()
+    for seed in range(20):
+        plain = grad(inside(x, random.Random(seed)))
+        try:
+            got = grad(checkpoint(inside, x, random.Random(seed), use_reentrant=False))
+            seen.add("right" if torch.allclose(got, plain) else "wrong")
+        except CheckpointError:
+            seen.add("error")
+        rng = random.Random(seed)  # the fix: draw outside, pass the draw in
+        depth, scale = rng.randint(1, 3), rng.uniform(0.5, 1.5)
+        fixed = checkpoint(_tanh_steps, layer, x, depth, scale, use_reentrant=False)
+        assert torch.allclose(grad(fixed), plain)
+    assert seen == {"right", "wrong", "error"}
+
+
+@claim(LAB, "the recomputation only refills saved tensors; the graph is the forward's own")
+def test_recomputation_refills_saved_tensors_in_the_forwards_graph():
+    layer = nn.Linear(3, 3)
+    x = torch.randn(2, 3)
+    scales = iter([2.0, 5.0])  # forward multiplies by 2, the recomputation by 5
+
+    def scaled(h):
+        return torch.tanh(layer(h)) * next(scales)
+
+    got = torch.autograd.grad(checkpoint(scaled, x, use_reentrant=False).sum(), layer.weight)[0]
+    expected = torch.autograd.grad((torch.tanh(layer(x)) * 2.0).sum(), layer.weight)[0]
+    assert torch.allclose(got, expected)  # the graph's own factor 2, not the rerun's 5

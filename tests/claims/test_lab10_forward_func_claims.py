@@ -12,6 +12,7 @@ import torch.autograd.functional as AF
 import torch.func
 import torch.nn.functional as F
 from claims import claim, lab_class
+from torch import nn
 
 LAB = "lab10_forward_func"
 
@@ -315,7 +316,7 @@ def test_vmap_in_dims_none_shares_an_argument():
 @claim(
     LAB,
     (
-        "runs `model.forward(*args, **kwargs)` with the tensors of the dict `params` (keys as in "
+        "with the tensors of the dict `params` (keys as in "
         "`model.named_parameters()`) in place of the model's own"
     ),
 )
@@ -354,6 +355,85 @@ def test_vmap_runs_python_once_so_one_depth_per_call():
     assert len(draws) == 1
     same = model(xs, depth=draws[0])  # every sample at the one depth drawn
     assert torch.allclose(out[:, 0], same, atol=1e-6)
+
+
+@claim(
+    LAB,
+    "**per-sample gradients**, which one `backward()` of the batch's loss does not give by "
+    "itself (it sums over the batch, as lab 3 showed; lab 9's hooks had to collect the pieces, "
+    "layer by layer)",
+)
+def test_backward_sums_what_vmap_grad_keeps_apart():
+    model = DynamicNet(5, 8, 3, seed=1)
+    xs, ys = torch.randn(6, 5), torch.randint(0, 3, (6,))
+    params = {n: p.detach() for n, p in model.named_parameters()}
+
+    def loss_one(p, x, y):
+        out = torch.func.functional_call(model, p, (x[None],), {"depth": 2})
+        return F.nll_loss(out, y[None])
+
+    per_sample = torch.func.vmap(torch.func.grad(loss_one), in_dims=(None, 0, 0))(params, xs, ys)
+    F.nll_loss(model(xs, depth=2), ys, reduction="sum").backward()
+    for name, p in model.named_parameters():
+        assert per_sample[name].shape == (6, *p.shape) and p.grad.shape == p.shape
+        assert torch.allclose(per_sample[name].sum(0), p.grad, atol=1e-5)
+        assert not torch.allclose(per_sample[name][0], per_sample[name][1])
+
+
+@claim(
+    LAB,
+    "`torch.func.functional_call(model, params, args, kwargs)` calls `model(*args, **kwargs)`, "
+    "its hooks included,",
+)
+def test_functional_call_calls_the_module_with_its_hooks():
+    model = nn.Linear(3, 2)
+    fired = []
+    model.register_forward_pre_hook(lambda m, args: fired.append("pre"))
+    model.register_forward_hook(lambda m, args, out: fired.append("post"))
+    params = {n: torch.zeros_like(p) for n, p in model.named_parameters()}
+    out = torch.func.functional_call(model, params, (torch.ones(1, 3),))
+    assert fired == ["pre", "post"] and torch.equal(out, torch.zeros(1, 2))
+
+
+@claim(
+    LAB,
+    "`vmap` refuses three more things a dynamic model does, with torch 2.14.1's messages "
+    "below: a Python `if` or `while` on a tensor's value (each sample would need a branch of its "
+    "own), `.item()` (a batched tensor has no one number), and random operations, dropout "
+    'included, unless you choose `randomness="different"` (a draw per sample) or `"same"` (one '
+    "draw for all).",
+)
+def test_what_vmap_refuses():
+    xs = torch.randn(4, 3)
+
+    def branch(x):
+        return x * 2 if x.sum() > 0 else x
+
+    def loop(x):
+        while x.abs().max() > 1:
+            x = x / 2
+        return x
+
+    def item(x):
+        return x * x.sum().item()
+
+    def noisy(x):
+        return F.dropout(x, 0.5)
+
+    for fn in (branch, loop):
+        with pytest.raises(RuntimeError, match="data-dependent control flow"):
+            torch.func.vmap(fn)(xs)
+    with pytest.raises(RuntimeError, match=r"calling \.item\(\) on a Tensor"):
+        torch.func.vmap(item)(xs)
+    for fn in (noisy, lambda x: x + torch.rand(3)):
+        with pytest.raises(RuntimeError, match="randomness error mode"):
+            torch.func.vmap(fn)(xs)
+    ones = torch.ones(64, 3)
+    different = torch.func.vmap(noisy, randomness="different")(ones)
+    same = torch.func.vmap(noisy, randomness="same")(ones)
+    assert not all(torch.equal(different[0], row) for row in different)
+    assert all(torch.equal(same[0], row) for row in same)
+    assert torch.__version__.startswith("2.14.1")
 
 
 @claim(LAB, "`torch.func` needs no `requires_grad`, and it never writes into a parameter's `.grad`")
@@ -483,6 +563,23 @@ def test_summary_hessian_is_jacfwd_of_jacrev():
 
 
 # ---------------------------------------------------------------- 6. Functions under torch.func
+
+
+@claim(
+    LAB,
+    "Lab 9 wrote its Functions with a `forward(x)` and a `setup_context`, the style that "
+    "`torch.func` supports, and mentioned the older one: a `forward(ctx, x)` that saves what the "
+    "backward pass needs as it goes.",
+)
+def test_lab9_functions_are_in_the_func_style_and_work_under_func():
+    from claims import SOLUTIONS
+
+    lab9 = (SOLUTIONS / "lab09_hooks_func" / "lab09_hooks_func.py").read_text()
+    assert "def forward(ctx" not in lab9 and "def setup_context(ctx, inputs, output)" in lab9
+    linear = lab_class("lab09_hooks_func", "LinearFn")
+    W, x = torch.randn(3, 4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64)
+    g = torch.func.grad(lambda w: linear.apply(x, w).sum())(W)
+    assert torch.allclose(g, torch.ones(5, 3, dtype=torch.float64).T @ x)
 
 
 @claim(LAB, "Such a Function works with `backward()`, but `torch.func`'s transforms refuse it.")

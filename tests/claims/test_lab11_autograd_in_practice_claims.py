@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from claims import claim
+from claims import claim, lab_class
 from torch import nn
 
 LAB = "lab11_autograd_in_practice"
@@ -78,16 +78,7 @@ def softplus_op():
     return op
 
 
-class SoftplusFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return softplus_kernel(x)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        (x,) = ctx.saved_tensors
-        return grad_output * torch.sigmoid(x)
+SoftplusFunction = lab_class(LAB, "SoftplusFunction", softplus_kernel=softplus_kernel)
 
 
 def aot_graphs(fn, *args):
@@ -285,17 +276,23 @@ def test_max_with_ties():
 @claim(
     LAB,
     "operations that gain from lower precision (matrix products, convolutions) run in it, and "
-    "operations that need the range or accuracy of `float32` (reductions such as a loss) run in "
-    "`float32`. Your parameters stay `float32`.",
+    "some that need the range or accuracy of `float32` run in `float32`: on the CPU autocast of "
+    "this lab, the losses (`mse_loss`, `cross_entropy`, `nll_loss`), while reductions such as "
+    "`sum`, `mean` and `softmax` stay in 16 bits. Your parameters stay `float32`.",
 )
 def test_autocast_per_operation():
     layer = nn.Linear(4, 3)
+    labels = torch.tensor([0, 1] * 4)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         hidden = layer(torch.randn(8, 4))
         conv = F.conv2d(torch.randn(1, 1, 4, 4), torch.randn(1, 1, 3, 3))
         loss = F.mse_loss(hidden, torch.randn(8, 3))
+        losses = [F.cross_entropy(hidden, labels), F.nll_loss(hidden.log_softmax(1), labels)]
+        reductions = [hidden.sum(), hidden.mean(), hidden.softmax(1), hidden.log_softmax(1)]
     assert hidden.dtype == conv.dtype == torch.bfloat16
     assert loss.dtype == torch.float32 and layer.weight.dtype == torch.float32
+    assert all(t.dtype == torch.float32 for t in losses)
+    assert all(t.dtype == torch.bfloat16 for t in reductions)
     loss.backward()
     assert layer.weight.grad.dtype == torch.float32
 
@@ -312,14 +309,20 @@ def test_autocast_default_dtypes():
 
 @claim(
     LAB,
-    "`bfloat16` has the exponent range of `float32` and fewer digits, so it underflows no "
-    "sooner than `float32` does. `float16` has more digits but a tiny range: its smallest "
+    "`bfloat16` has the exponent range of `float32` and fewer digits: the same smallest normal "
+    "number, $2^{-126}$, so it underflows sooner than `float32` only below that (its subnormals "
+    "stop at $2^{-133}$, those of `float32` at $2^{-149}$). `float16` has more digits but a tiny "
+    "range: its smallest "
     "positive number is $2^{-24} \\approx 6 \\cdot 10^{-8}$, and anything below half of it "
     "rounds to 0.",
 )
 def test_float_formats():
     bf, f32, f16 = (torch.finfo(t) for t in (torch.bfloat16, torch.float32, torch.float16))
-    assert bf.smallest_normal == f32.smallest_normal and bf.eps > f32.eps
+    assert bf.smallest_normal == f32.smallest_normal == 2.0**-126 and bf.eps > f32.eps
+    assert torch.tensor(2.0**-133).bfloat16().item() == 2.0**-133
+    assert torch.tensor(2.0**-135).bfloat16().item() == 0.0 < torch.tensor(2.0**-135).item()
+    assert torch.tensor(2.0**-149).item() == 2.0**-149
+    assert torch.tensor(2.0**-151, dtype=torch.float64).float().item() == 0.0
     assert f16.eps < bf.eps and f16.max < 1e5
     assert torch.tensor(2.0**-24).half().item() == 2.0**-24
     assert torch.tensor(2.0**-24 * 0.9, dtype=torch.float64).half().item() > 0
@@ -491,8 +494,9 @@ def test_frozen_layer():
 
 @claim(
     LAB,
-    "An optimizer skips a parameter whose `.grad` is `None`, even with momentum or weight decay, "
-    "so you may still hand it all parameters; handing it only the trainable ones is cleaner (no "
+    "An optimizer skips a parameter whose `.grad` is `None`, even with momentum or weight decay "
+    "(all but `LBFGS`, as lab 6 showed: it moves a parameter frozen after training began), so "
+    "you may still hand it all parameters; handing it only the trainable ones is cleaner (no "
     "state kept for the others).",
 )
 def test_optimizer_skips_none_grads():
@@ -512,6 +516,23 @@ def test_optimizer_skips_none_grads():
             optimizer.step()
         assert all(torch.equal(v, net[0].state_dict()[k]) for k, v in before.items())
         assert len(optimizer.state) == 2  # only the trained layer's weight and bias
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 1))
+    optimizer = torch.optim.LBFGS(net.parameters(), lr=0.1)
+    batch = torch.randn(8, 3)
+
+    def closure():
+        optimizer.zero_grad()
+        loss = net(batch).pow(2).mean()
+        loss.backward()
+        return loss
+
+    for step in range(6):
+        if step == 3:
+            net[0].requires_grad_(False)
+            before = net[0].weight.detach().clone()
+        optimizer.step(closure)
+    assert net[0].weight.grad is None and not torch.equal(net[0].weight, before)
 
 
 @claim(
@@ -837,6 +858,20 @@ def test_sixteen_bits_halve_the_memory():
         assert torch.empty(10, dtype=dtype).nbytes * 2 == torch.empty(10).nbytes
 
 
+@claim(
+    LAB,
+    "Lab 9 would wrap it in an `autograd.Function` (a `forward(x)` and a `setup_context`) to give "
+    "it a gradient.",
+)
+def test_the_lab_wraps_the_kernel_in_lab_9s_style():
+    assert "setup_context" in vars(SoftplusFunction)
+    assert list(inspect.signature(SoftplusFunction.forward).parameters) == ["x"]
+    x = torch.randn(4, dtype=torch.float64)
+    assert torch.allclose(
+        torch.func.grad(lambda t: SoftplusFunction.apply(t).sum())(x), x.sigmoid()
+    )
+
+
 @claim(LAB, "That works for `backward()`, but")
 def test_the_function_works_in_eager_mode():
     x = torch.randn(5, dtype=torch.float64, requires_grad=True)
@@ -866,3 +901,197 @@ def test_compiled_backward_is_one_node():
     out = torch.compile(tanh_layer, backend="aot_eager")(x, w)
     out.backward()
     assert torch.allclose(w.grad, x.T @ (1 - torch.tanh(x @ w) ** 2))
+
+
+# ---------------------------------------------------------------- the rest of the AMP recipe
+
+
+@claim(
+    LAB,
+    "Autocast covers the forward pass and the loss: call `backward()` after the `with` block "
+    "(each backward operation runs in the type autocast chose for its forward operation).",
+)
+def test_backward_after_the_block_runs_in_the_forward_types():
+    def run(inside):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 1))
+        seen = []
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            hidden = net[0](torch.randn(16, 5))
+            hidden.register_hook(lambda g: seen.append(g.dtype))
+            loss = F.mse_loss(net[2](net[1](hidden)), torch.zeros(16, 1))
+            if inside:
+                loss.backward()
+        if not inside:
+            loss.backward()
+        return seen, [p.grad for p in net.parameters()]
+
+    (seen_out, out), (seen_in, inside) = run(False), run(True)
+    assert seen_out == seen_in == [torch.bfloat16]  # the matrix product's backward: 16 bits
+    assert all(g.dtype == torch.float32 for g in out)
+    assert all(torch.equal(a, b) for a, b in zip(out, inside, strict=True))
+
+
+@claim(LAB, "With `bfloat16`, leave the scaler out: its range is that of `float32`")
+def test_bfloat16_has_the_range_of_float32():
+    bf, f32, f16 = (torch.finfo(t) for t in (torch.bfloat16, torch.float32, torch.float16))
+    assert bf.smallest_normal == f32.smallest_normal and bf.max / f32.max > 0.99
+    assert f16.max < 1e5
+
+
+@claim(
+    LAB,
+    "Accumulating over micro-batches, scale each micro-batch's loss and call `scaler.step` and "
+    "`scaler.update` once, after the last one: the scale must not change while the gradients "
+    "add up.",
+)
+def test_accumulating_scaled_gradients():
+    torch.manual_seed(0)
+    model = nn.Linear(5, 2)
+    xb, yb = torch.randn(16, 5), torch.randn(16, 2)
+    whole = torch.autograd.grad(F.mse_loss(model(xb), yb), model.weight)[0]
+
+    def accumulate(change_scale):
+        model.weight.grad = None
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+        for k, (x_part, y_part) in enumerate(zip(xb.chunk(4), yb.chunk(4), strict=True)):
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = F.mse_loss(model(x_part), y_part) / 4
+            scaler.scale(loss).backward()
+            if change_scale and k == 1:
+                scaler.update(new_scale=2.0**5)  # what an update in between may do
+        scaler.unscale_(optimizer)
+        return model.weight.grad
+
+    assert torch.allclose(accumulate(False), whole, atol=2e-3)
+    assert not torch.allclose(accumulate(True), whole, atol=0.1)
+
+
+@claim(
+    LAB,
+    "Save `scaler.state_dict()` with the model and the optimizer: a fresh scaler starts again at "
+    "65536 and must find its scale anew.",
+)
+def test_the_scalers_state_dict_keeps_its_scale():
+    scaler = torch.amp.GradScaler("cpu")
+    assert scaler.get_scale() == 65536.0
+    optimizer = torch.optim.SGD([w := torch.ones(2, requires_grad=True)], lr=0.1)
+    w.grad = torch.tensor([float("inf"), 1.0])
+    scaler.scale(w.sum())  # initialises the scale
+    scaler.step(optimizer)
+    scaler.update()  # an overflow: the scale halves
+    assert scaler.get_scale() == 32768.0 and "scale" in scaler.state_dict()
+    resumed = torch.amp.GradScaler("cpu")
+    resumed.load_state_dict(scaler.state_dict())
+    assert resumed.get_scale() == 32768.0 and torch.amp.GradScaler("cpu").get_scale() == 65536.0
+
+
+@claim(
+    LAB,
+    "A custom `autograd.Function` that must run in `float32` takes "
+    '`@torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)` on its `forward` and '
+    '`@torch.amp.custom_bwd(device_type="cpu")` on its `backward`, in lab 9\'s older style, '
+    "`forward(ctx, x)`: with a `setup_context`, torch 2.14.1's backward fails.",
+)
+def test_custom_fwd_and_custom_bwd_need_the_older_style():
+    seen = []
+
+    class Older(torch.autograd.Function):
+        @staticmethod
+        @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
+        def forward(ctx, x):
+            seen.append((x.dtype, torch.is_autocast_enabled("cpu")))
+            y = x.exp()
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        @torch.amp.custom_bwd(device_type="cpu")
+        def backward(ctx, grad_output):
+            (y,) = ctx.saved_tensors
+            return grad_output * y
+
+    class Newer(torch.autograd.Function):
+        @staticmethod
+        @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
+        def forward(x):
+            return x.exp()
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(output)
+
+        @staticmethod
+        @torch.amp.custom_bwd(device_type="cpu")
+        def backward(ctx, grad_output):
+            (y,) = ctx.saved_tensors
+            return grad_output * y
+
+    x = torch.randn(4, 3, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        hidden = x @ torch.eye(3)
+        older, newer = Older.apply(hidden), Newer.apply(hidden)
+    assert hidden.dtype == torch.bfloat16 and older.dtype == torch.float32
+    assert seen == [(torch.float32, False)]
+    older.sum().backward()
+    assert x.grad is not None
+    with pytest.raises(AttributeError, match="_fwd_used_autocast"):
+        newer.sum().backward()
+    assert torch.__version__.startswith("2.14.1")
+
+
+# ---------------------------------------------------------------- a custom op under torch.func
+
+
+@claim(
+    LAB,
+    "`torch.func` (lab 10) handles a custom operator unevenly (torch 2.14.1): `grad` raises, with "
+    "a message about an `autograd.Function`'s `setup_context` although you registered one; `jvp` "
+    "returns a zero tangent without a word (`register_autograd` gives the reverse mode only); "
+    "`vmap` runs the operator once per sample, in a loop, with a warning. Called from a "
+    "`torch.func`-style Function of lab 10, with its own `backward` and `jvp`, it gets `grad` and "
+    "`jvp`; `vmap` still loops.",
+)
+def test_a_custom_op_under_torch_func(softplus_op):
+    import warnings
+
+    x = torch.tensor([-1.0, 0.0, 2.0], dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="must override the setup_context staticmethod"):
+        torch.func.grad(lambda t: softplus_op(t).sum())(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not a word
+        warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated", FutureWarning)
+        _, tangent = torch.func.jvp(softplus_op, (x,), (torch.ones_like(x),))
+    assert torch.equal(tangent, torch.zeros_like(x))
+    loop_op_input = x.expand(4, 3)
+    with pytest.warns(UserWarning, match="not yet implemented the batching rule"):
+        out = torch.func.vmap(softplus_op)(loop_op_input)  # the batched fallback: a loop
+    assert torch.allclose(out, F.softplus(loop_op_input))
+
+    class Wrapped(torch.autograd.Function):
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(t):
+            return softplus_op(t)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+            ctx.save_for_forward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            return grad_output * torch.sigmoid(ctx.saved_tensors[0])
+
+        @staticmethod
+        def jvp(ctx, tangent):
+            return tangent * torch.sigmoid(ctx.saved_tensors[0])
+
+    assert torch.allclose(torch.func.grad(lambda t: Wrapped.apply(t).sum())(x), x.sigmoid())
+    assert torch.allclose(
+        torch.func.jvp(Wrapped.apply, (x,), (torch.ones_like(x),))[1], x.sigmoid()
+    )
+    with pytest.warns(UserWarning, match="not yet implemented the batching rule"):
+        torch.func.vmap(Wrapped.apply)(loop_op_input)
