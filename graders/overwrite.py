@@ -63,8 +63,10 @@ class OverwriteCells(NbgraderOverwriteCells):
             self.log.warning("Missing grade cell %s: added to the notebook", grade_cell.name)
             at = order.index(grade_cell.name)
             source = next(c for c in source_nb.source_cells if c.name == grade_cell.name)
-            cell = self.missing_cell_transform(
-                source, grade_cell.max_score, is_solution=grade_cell.name in solutions
+            cell = nbformat.from_dict(  # nbgrader's transform leaves its metadata a dict
+                self.missing_cell_transform(
+                    source, grade_cell.max_score, is_solution=grade_cell.name in solutions
+                )
             )
             before = [present[name] for name in order[:at] if name in present]
             nb.cells.insert(max(before) + 1 if before else 0, cell)
