@@ -286,7 +286,7 @@ print("REACH " + json.dumps({
     "read_init": _errno(_libc.process_vm_readv(1, _iov, 1, _iov, 1, 0)),
     "mounts": [line.split()[3:5] for line in open("/proc/self/mountinfo")],
     "mountinfo": open("/proc/self/mountinfo").read(),
-    "sockets": glob.glob("/tmp/grading-*") + glob.glob("/tmp/*/socket"),
+    "sockets": glob.glob("/tmp/grading-zygote-*") + glob.glob("/tmp/*/socket"),
     "fds": _fds,
     "shared_writable": [m for m in open("/proc/self/maps") if m.split()[1][1::2] == "ws"],
 }))
