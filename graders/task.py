@@ -361,8 +361,9 @@ def grade(api_for, job: LocalJob) -> Result:
         changes, events = _scratch_course(scratch, job)
         api = api_for(str(scratch), changes)
         timings["intake"] = time.monotonic() - started
-        if _autograde(api, scratch, job, events, result) and job.get("feedback", True):
-            _feedback(api, scratch, job["lab"], result)
+        with gradebook.scratch(gradebook.of(scratch)):
+            if _autograde(api, scratch, job, events, result) and job.get("feedback", True):
+                _feedback(api, scratch, job["lab"], result)
         return result
     except Exception as error:  # a hand-in must never stop the class: say why, move on
         result["reason"] = f"the grader failed on this hand-in: {type(error).__name__}: {error}"

@@ -121,3 +121,42 @@ def test_a_task_never_raises_for_a_hand_ins_sake(tmp_path):
     result = task.grade(api_for, job)
     assert result["ok"] is False and result["reason"].startswith("the grader failed")
     assert "total" in result["timings"]
+
+
+def _sync_and_journal(db: Path) -> tuple[int, str]:
+    """(PRAGMA synchronous, PRAGMA journal_mode) as nbgrader's Gradebook connects to `db`."""
+    from sqlalchemy import text
+
+    with gradebook.opened(db) as gb:
+        sync = gb.db.execute(text("PRAGMA synchronous")).scalar()
+        journal = gb.db.execute(text("PRAGMA journal_mode")).scalar()
+    return sync, journal
+
+
+def test_only_a_tasks_scratch_gradebook_is_written_without_waiting_for_the_disk(tmp_path):
+    """nbgrader commits about fifty times per hand-in; in the scratch course (thrown away
+    after) SQLite neither syncs nor keeps a journal file, while the course's own gradebook,
+    open in the same process, keeps SQLite's defaults (FULL sync, a journal file)."""
+    course = small_gradebook(tmp_path)
+    seen = {}
+
+    def api_for(root, changes):
+        class Api(FakeApi):
+            def autograde(self, lab, student, force, create):
+                seen["scratch"] = _sync_and_journal(gradebook.of(Path(self.root)))
+                seen["course"] = _sync_and_journal(course)
+                return super().autograde(lab, student, force, create)
+
+        return Api(root, changes)
+
+    job = LocalJob(
+        lab="lab1",
+        notebook=nbformat.writes(notebook(("check(True)", "t1"))),
+        gradebook=str(course),
+        reference_dir=str(tmp_path / "reference"),
+        release=nbformat.writes(notebook(("check(True)", "t1"))),
+        scratch_root=str(tmp_path),
+    )
+    task.grade(api_for, job)
+    assert seen["scratch"] == (0, "memory")  # OFF
+    assert seen["course"] == (2, "delete")  # FULL, SQLite's default journal
