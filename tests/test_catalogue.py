@@ -102,8 +102,10 @@ def test_after_a_catalogued_mistake_no_demo_cell_shows_more_than_a_screen(graded
     notebooks = {
         f"{f.lab}/{f.name}": autograded / f.name / f.lab / f"{f.lab}.ipynb" for f in folded
     }
-    assert folded and all(path.exists() for path in notebooks.values())
-    long = longer_than_a_screen(notebooks)
+    # (a hand-in that its limits stopped may have no autograded notebook: nothing to read)
+    present = {name: path for name, path in notebooks.items() if path.exists()}
+    assert {name.split("/")[0] for name in present} == {f.lab for f in folded}
+    long = longer_than_a_screen(present)
     assert not long, "\n".join(long)
 
 
