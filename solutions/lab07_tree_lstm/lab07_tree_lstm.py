@@ -1194,13 +1194,14 @@ def test_accuracy(logits_fn):
 TREE_SECONDS, LSTM_SECONDS = (1, 0.5) if GRADING else (90, 60)
 torch.manual_seed(0)
 tree_model = TreeLSTM()
-tree_losses = train(
-    lambda ts: tree_model.out(encode_batched(tree_model, ts)),
-    tree_model.parameters(),
-    TREE_SECONDS,
-    name="Tree-LSTM",
-)
-tree_acc = test_accuracy(lambda ts: tree_model.out(encode_batched(tree_model, ts)))
+with your_code("encode_batched"):
+    tree_losses = train(
+        lambda ts: tree_model.out(encode_batched(tree_model, ts)),
+        tree_model.parameters(),
+        TREE_SECONDS,
+        name="Tree-LSTM",
+    )
+    tree_acc = test_accuracy(lambda ts: tree_model.out(encode_batched(tree_model, ts)))
 print(f"Tree-LSTM: {len(tree_losses)} steps in {TREE_SECONDS}s, test accuracy {tree_acc:.1%}")
 lstm_model = SeqLSTM()
 lstm_losses = train(lstm_model, lstm_model.parameters(), LSTM_SECONDS, name="LSTM")
