@@ -48,7 +48,7 @@ GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))
 def _cell_frames(tb):
     """[("Cell In[7], line 4", function name)] for each frame of a traceback, outermost first:
     None for a frame outside the notebook's cells (all None outside IPython). IPython 8 and
-    later number the cells (compile._filename_map); IPython 7 names a cell's code
+    later number the cells (compile._filename_map); IPython 5 to 7 name a cell's code
     <ipython-input-7-...>, or ipykernel 6 a file in a folder ipykernel_<pid> (no number)."""
     try:
         from IPython import get_ipython

@@ -211,8 +211,9 @@ def test_a_demo_that_runs_a_wrong_answer_says_one_sentence():
 
 
 class OldShell:
-    """What the setup cell meets in IPython 7, older than ours as Colab's is: set_custom_exc
-    and `_render_traceback_` as today (read in 7.34.0's interactiveshell.py), but no
+    """What the setup cell meets in IPython 5 to 7, older than ours as Colab's is:
+    set_custom_exc and `_render_traceback_` as today (read in 5.5.0's and 7.34.0's
+    interactiveshell.py), but no
     compile._filename_map (new in IPython 8.0): a cell's code is named <ipython-input-N-hash>
     by IPython's compiler, or /tmp/ipykernel_<pid>/<hash>.py by ipykernel 6's."""
 
