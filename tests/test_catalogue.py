@@ -3,6 +3,8 @@ and every exercise has a mistake in its lab's catalogue."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nbformat
 import pytest
 
@@ -68,6 +70,71 @@ def test_the_mistake_catalogue_gets_its_declared_scores(graded):
     assert not wrong, "\n".join(wrong)
     placed = sorted((f.lab, v.exercise, v.code) for f in folded for v in f.variants)
     assert placed == sorted((v.lab, v.exercise, v.code) for lab in LABS for v in catalogue(lab))
+
+
+def longer_than_a_screen(notebooks: dict[str, Path]) -> list[str]:
+    """'name/cell id: N lines' for each demo cell (a code cell neither graded nor an answer) of
+    these executed notebooks whose outputs take more than a screen. A demo cell's id is the
+    nearest nbgrader cell's above it and its rank after it ('test_hvp--2': graders/build.py),
+    so a test cell's name in the id does not make it a test cell: its metadata does."""
+    from helpers import SCREEN_LINES, output_lines
+
+    long = []
+    for name, path in notebooks.items():
+        # (nbformat.v4.reads: nbformat.read validates, seconds for the 126 graded notebooks)
+        for cell in nbformat.v4.reads(path.read_text(encoding="utf-8")).cells:
+            info = cell.metadata.get("nbgrader", {})
+            if cell.cell_type != "code" or info.get("grade") or info.get("solution"):
+                continue
+            lines = sum(output_lines(o) for o in cell.get("outputs", []))
+            if lines > SCREEN_LINES:
+                long.append(f"{name}/{cell.get('id')}: {lines} lines")
+    return long
+
+
+def test_after_a_catalogued_mistake_no_demo_cell_shows_more_than_a_screen(graded, course):
+    """A wrong answer fails in its own check, and the lab's demos that run it after that say
+    so in one sentence (the setup cell's `your_code`), never a traceback through the demo: a
+    wrong softplus_op made lab 11's next cell print the compiler's 600 lines, a wrong hvp lab
+    10's timing cell 57. Read from the graded class's autograded notebooks: nothing is run
+    again for this."""
+    _alone, folded, _report = graded
+    autograded = course / "autograded"
+    notebooks = {
+        f"{f.lab}/{f.name}": autograded / f.name / f.lab / f"{f.lab}.ipynb" for f in folded
+    }
+    # (a hand-in that its limits stopped may have no autograded notebook: nothing to read)
+    present = {name: path for name, path in notebooks.items() if path.exists()}
+    assert {name.split("/")[0] for name in present} == {f.lab for f in folded}
+    long = longer_than_a_screen(present)
+    assert not long, "\n".join(long)
+
+
+def test_the_screen_rule_reads_demo_cells_only(tmp_path):
+    """The rule above on a notebook made for it: a demo cell of 60 lines is found, whatever
+    its id says; an answer cell and a test cell of 60 lines, and a demo cell of a screen, are
+    not."""
+    from helpers import SCREEN_LINES
+
+    def cell(cell_id, lines, **nbgrader):
+        made = nbformat.v4.new_code_cell("print(...)")
+        made["id"] = cell_id
+        made.outputs = [nbformat.v4.new_output("stream", text="x\n" * lines)]
+        if nbgrader:
+            made.metadata["nbgrader"] = {"grade_id": cell_id, **nbgrader}
+        return made
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        cell("answer", 60, solution=True, grade=False),
+        cell("test_answer", 60, grade=True, solution=False),
+        cell("test_answer--1", SCREEN_LINES),
+        cell("test_answer--2", 60),
+    ]
+    nbformat.write(nb, tmp_path / "lab.ipynb")
+    assert longer_than_a_screen({"lab/one": tmp_path / "lab.ipynb"}) == [
+        "lab/one/test_answer--2: 60 lines"
+    ]
 
 
 @pytest.mark.parametrize("lab", [lab for lab in LABS if catalogue(lab)])

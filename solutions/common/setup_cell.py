@@ -47,20 +47,30 @@ GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))
 
 def _cell_frames(tb):
     """[("Cell In[7], line 4", function name)] for each frame of a traceback, outermost first:
-    None for a frame outside the notebook's cells (all None outside a notebook)."""
+    None for a frame outside the notebook's cells (all None outside IPython). IPython 8 and
+    later number the cells (compile._filename_map); IPython 5 to 7 name a cell's code
+    <ipython-input-7-...>, or ipykernel 6 a file in a folder ipykernel_<pid> (no number)."""
     try:
         from IPython import get_ipython
 
-        cells = get_ipython().compile._filename_map
+        shell = get_ipython()
     except Exception:
-        cells = {}
+        shell = None
+    cells = getattr(getattr(shell, "compile", None), "_filename_map", None)
     found = []
     while tb is not None:
-        code = tb.tb_frame.f_code
-        number = cells.get(code.co_filename)
-        found.append(
-            None if number is None else (f"Cell In[{number}], line {tb.tb_lineno}", code.co_name)
-        )
+        code, line = tb.tb_frame.f_code, tb.tb_lineno
+        name = code.co_filename
+        where = None
+        if cells is not None and name in cells:
+            where = f"Cell In[{cells[name]}], line {line}"
+        elif cells is None and shell is not None:
+            old = re.match(r"<ipython-input-(\d+)-", name)
+            if old:
+                where = f"Cell In[{old.group(1)}], line {line}"
+            elif os.path.basename(os.path.dirname(name)).startswith("ipykernel_"):
+                where = f"line {line} of a cell"
+        found.append(None if where is None else (where, code.co_name))
         tb = tb.tb_next
     return found
 
@@ -71,7 +81,36 @@ class CheckFailed(AssertionError):
 
     def _render_traceback_(self):
         cells = [frame for frame in _cell_frames(self.__traceback__) if frame]
-        return [f"CheckFailed: {self}" + (f" ({cells[0][0]})" if cells else "")]
+        return [f"{type(self).__name__}: {self}" + (f" ({cells[0][0]})" if cells else "")]
+
+
+class AnswerFailed(CheckFailed):
+    """Raised by `your_code` when a demo stops at an error while it runs an exercise's answer."""
+
+
+class your_code:
+    """`with your_code("hvp"):` around a demo's lines that run an exercise's answer: an error
+    there (a wrong answer) stops the cell with one sentence naming the answer and the error,
+    not a traceback through the demo. An exercise not done yet, and a check, say their own."""
+
+    def __init__(self, *names):
+        self.names = names
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, etype, error, tb):
+        if etype is None or not issubclass(etype, Exception):
+            return False
+        if issubclass(etype, (NotImplementedError, CheckFailed)):
+            return False
+        first = (str(error).strip().splitlines() or [""])[0][:200]
+        names = " and ".join(f"`{name}`" for name in self.names)
+        raise AnswerFailed(
+            f"this demo stopped at an error while it ran your {names} ({etype.__name__}: "
+            f"{first}): its check above says what to fix; call it in a cell of your own to see "
+            "the whole traceback."
+        ) from None
 
 
 def _not_done_yet(shell, etype, value, tb, tb_offset=None):

@@ -162,10 +162,16 @@ check(
     f"yours is not (yours: {_g2.item()}): return the .grad of the node that out = y ** 2 used.",
 )
 check(
+    abs(_g1.item() - 32) > 1e-6,
+    "node_gradients(w1=2, w2=2, x=4): your first gradient is 32, the second node's (2 * y): the "
+    "tensor you return it from is the node that out = y ** 2 used, not the first y. After "
+    "`y = w2 * y` the name y points to the new node (and `y *= w2` would turn the first node "
+    "into it): keep a second name on the first y before that line, and return its .grad.",
+)
+check(
     abs(_g1.item() - 64) < 1e-6,
     "node_gradients(w1=2, w2=2, x=4): the gradient of the first y should be 2 * y * w2 = 64, "
-    f"and yours is not (yours: {_g1.item()}). If it is 32, you returned the second node's "
-    "gradient twice: after `y = w2 * y` the name y points to the new node, not the first one.",
+    f"and yours is not (yours: {_g1.item()}).",
 )
 check(
     abs(_x.grad.item() - 128) < 1e-6,

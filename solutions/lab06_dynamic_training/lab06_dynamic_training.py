@@ -798,7 +798,8 @@ moved = MLP(h2=2)
 adam = torch.optim.Adam(moved.parameters(), lr=0.05)
 print(f"cross-entropy at step 150, before growing: {train(moved, adam, x_fit, y_fit, 150):.4f}")
 before = moved(x_fit)
-grow(moved, adam, 6)
+with your_code("grow"):
+    grow(moved, adam, 6)
 print("largest change in the output:", (moved(x_fit) - before).abs().max().item())
 fresh = copy.deepcopy(moved)  # the same grown weights, and a new Adam
 for name, model, optimizer in [

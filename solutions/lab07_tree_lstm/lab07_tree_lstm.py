@@ -834,7 +834,8 @@ def plot_tree(tree, ax):
 small_tree = parse("[MAX 2 [MIN 4 7 ] ]")
 torch.manual_seed(0)
 small_model = TreeLSTM(hidden_size=2, embed_size=2)
-small_h, _ = encode_recursive(small_model, small_tree)
+with your_code("encode_recursive"):
+    small_h, _ = encode_recursive(small_model, small_tree)
 fig, ax = plt.subplots(figsize=(2.8, 2.6))
 plot_tree(small_tree, ax)
 ax.set_title(to_string(small_tree), fontsize=9)
@@ -853,7 +854,7 @@ draw(small_h, params=dict(small_model.named_parameters()))
 torch.manual_seed(0)
 model = TreeLSTM()
 batch = sample_trees
-with CallCounter(model.cell) as counter:
+with CallCounter(model.cell) as counter, your_code("encode_recursive"):
     roots = torch.cat([encode_recursive(model, t)[0] for t in batch])
 print(f"128 trees, {sum(n_nodes(t) for t in batch)} nodes: {counter.calls} calls of the cell")
 print("tallest tree:", max(height(t) for t in batch))
@@ -1120,8 +1121,10 @@ def recursive_batch(model, trees):
 
 check(defined("sample_labels"), "Run the data cell of section 1 first (it needs exercise 1).")
 window = 0.1 if GRADING else 3.0
-rec_speed = time_steps(recursive_batch, sample_trees, sample_labels, window)
-bat_speed = time_steps(encode_batched, sample_trees, sample_labels, window)
+with your_code("encode_recursive"):
+    rec_speed = time_steps(recursive_batch, sample_trees, sample_labels, window)
+with your_code("encode_batched"):
+    bat_speed = time_steps(encode_batched, sample_trees, sample_labels, window)
 print(f"recursive     : {rec_speed:8.0f} trees/s")
 print(f"level-batched : {bat_speed:8.0f} trees/s   ({bat_speed / rec_speed:.1f}x)")
 
@@ -1191,13 +1194,14 @@ def test_accuracy(logits_fn):
 TREE_SECONDS, LSTM_SECONDS = (1, 0.5) if GRADING else (90, 60)
 torch.manual_seed(0)
 tree_model = TreeLSTM()
-tree_losses = train(
-    lambda ts: tree_model.out(encode_batched(tree_model, ts)),
-    tree_model.parameters(),
-    TREE_SECONDS,
-    name="Tree-LSTM",
-)
-tree_acc = test_accuracy(lambda ts: tree_model.out(encode_batched(tree_model, ts)))
+with your_code("encode_batched"):
+    tree_losses = train(
+        lambda ts: tree_model.out(encode_batched(tree_model, ts)),
+        tree_model.parameters(),
+        TREE_SECONDS,
+        name="Tree-LSTM",
+    )
+    tree_acc = test_accuracy(lambda ts: tree_model.out(encode_batched(tree_model, ts)))
 print(f"Tree-LSTM: {len(tree_losses)} steps in {TREE_SECONDS}s, test accuracy {tree_acc:.1%}")
 lstm_model = SeqLSTM()
 lstm_losses = train(lstm_model, lstm_model.parameters(), LSTM_SECONDS, name="LSTM")

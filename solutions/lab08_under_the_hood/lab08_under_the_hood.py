@@ -1090,7 +1090,8 @@ runs = [exported_net.module()(batch) for _ in range(5)]
 print(f"export(..., strict={strict_default}) by default; exported DynamicNet: depth", end=" ")
 print(f"{len(layers) - 2}; 5 calls, one output:", all(torch.equal(runs[0], r) for r in runs))
 w1g, w2g = torch.randn(4, 2, requires_grad=True), torch.randn(4, 2, requires_grad=True)
-grad_cond = torch.autograd.grad(branchy_cond(batch.abs(), w1g, w2g).sum(), [w2g])[0]
+with your_code("branchy_cond"):
+    grad_cond = torch.autograd.grad(branchy_cond(batch.abs(), w1g, w2g).sum(), [w2g])[0]
 print("cond:  grad of w2 =", grad_cond.flatten())
 grad_eager = torch.autograd.grad(branchy(batch.abs(), w1g, w2g).sum(), [w2g], allow_unused=True)
 print("eager: grad of w2 =", grad_eager[0])

@@ -805,9 +805,10 @@ for _case in (1, 2):
 
 # %%
 xs = torch.linspace(-30, 30, 7, dtype=torch.float64, requires_grad=True)
-(mine,) = torch.autograd.grad(StableSoftplus.apply(xs).sum(), xs)
-(theirs,) = torch.autograd.grad(F.softplus(xs).sum(), xs)
-same = torch.allclose(StableSoftplus.apply(xs), F.softplus(xs)) and torch.allclose(mine, theirs)
+with your_code("StableSoftplus"):
+    (mine,) = torch.autograd.grad(StableSoftplus.apply(xs).sum(), xs)
+    (theirs,) = torch.autograd.grad(F.softplus(xs).sum(), xs)
+    same = torch.allclose(StableSoftplus.apply(xs), F.softplus(xs)) and torch.allclose(mine, theirs)
 print("values and gradients equal F.softplus's on", xs.tolist(), ":", same)
 
 
@@ -819,14 +820,15 @@ class OnceSoftplus(StableSoftplus):
 
 
 x64 = (4 * torch.randn(5, dtype=torch.float64)).requires_grad_()
-for fn in (StableSoftplus, OnceSoftplus):
-    print(
-        f"{fn.__name__:15} gradcheck: {torch.autograd.gradcheck(fn.apply, (x64,))}",
-        f"gradgradcheck: {torch.autograd.gradgradcheck(fn.apply, (x64,), raise_exception=False)}",
+with your_code("StableSoftplus"):
+    for fn in (StableSoftplus, OnceSoftplus):
+        print(
+            f"{fn.__name__:15} gradcheck: {torch.autograd.gradcheck(fn.apply, (x64,))}",
+            f"gradgradcheck: {torch.autograd.gradgradcheck(fn.apply, (x64,), raise_exception=False)}",
+        )
+    (g,) = torch.autograd.grad(
+        OnceSoftplus.apply(x64), x64, torch.ones_like(x64, requires_grad=True), create_graph=True
     )
-(g,) = torch.autograd.grad(
-    OnceSoftplus.apply(x64), x64, torch.ones_like(x64, requires_grad=True), create_graph=True
-)
 try:
     g.sum().backward()  # differentiates OnceSoftplus's backward
 except RuntimeError as error:

@@ -615,7 +615,8 @@ for n in sizes:
         torch.autograd.grad(loss, list(model.parameters()))
     loop_ms.append(1000 * (time.perf_counter() - start))
     start = time.perf_counter()
-    per_sample_grads(model, xs, ys, 2)
+    with your_code("per_sample_grads"):
+        per_sample_grads(model, xs, ys, 2)
     vmap_ms.append(1000 * (time.perf_counter() - start))
 print("samples  loop ms  vmap ms")
 for n, lt, vt in zip(sizes, loop_ms, vmap_ms, strict=True):
@@ -779,7 +780,8 @@ ways = {
         torch.func.grad(f_big), (x,), (v,)
     )[1],
 }
-results = {name: way() for name, way in ways.items()}
+with your_code("hvp"):
+    results = {name: way() for name, way in ways.items()}
 first, second = results.values()
 print("largest difference between the two:", (first - second).abs().max().item())
 for name, way in ways.items():

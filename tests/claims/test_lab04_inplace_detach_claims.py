@@ -29,6 +29,34 @@ def test_gradient_of_the_second_y():
     assert y.item() == 16.0 and y.grad.item() == 32.0
 
 
+@claim(
+    LAB,
+    "`y = w2 * y` the name y points to the new node (and `y *= w2` would turn the first node",
+)
+def test_node_gradients_hint_for_a_first_gradient_of_32():
+    """The check's hint when the first gradient is 32: rebinding or an in-place product both
+    leave the returned name on the node that out = y ** 2 used; a second name kept before an
+    out-of-place product gets the first node's 64."""
+    w1, w2, x = (torch.tensor(v, requires_grad=True) for v in (2.0, 2.0, 4.0))
+    y = w1 * x
+    y.retain_grad()
+    y = w2 * y
+    y.retain_grad()
+    (y**2).backward()
+    assert y.grad.item() == 32.0
+    y = w1 * x
+    kept = y
+    kept.retain_grad()
+    y *= w2
+    y.retain_grad()
+    (y**2).backward()
+    assert kept is y and kept.grad.item() == 32.0
+    kept, y = two_names()
+    kept.retain_grad()
+    (y**2).backward()
+    assert kept.grad.item() == 64.0
+
+
 @claim(LAB, "The first node (value 8) is still in the graph, between `w1`, `x` and the new `y`")
 def test_first_node_is_still_in_the_graph():
     first_y, y = two_names()

@@ -300,7 +300,7 @@ def test_autocast_per_operation():
 @claim(
     LAB,
     "On a CPU the lower precision is `bfloat16` by default; on an NVIDIA GPU it is usually "
-    "`float16`.",
+    "`float16`",
 )
 def test_autocast_default_dtypes():
     assert torch.get_autocast_dtype("cpu") == torch.bfloat16
@@ -840,6 +840,42 @@ def test_graph_break_splits_the_joint_graph():
     assert len(seen) == 2
 
 
+@claim(
+    LAB,
+    "what your forward pass decided in Python (a depth, lab 8) is baked into both graphs, until "
+    "a guard fails and it recompiles.",
+)
+def test_a_python_depth_is_baked_into_both_graphs_until_it_recompiles():
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import default_partition
+
+    seen = []
+
+    def partition(joint, joint_inputs, **options):
+        seen.append(default_partition(joint, joint_inputs, **options))
+        return seen[-1]
+
+    def keep(graph_module, example_inputs):
+        return make_boxed_func(graph_module.forward)
+
+    def deep(x, w, depth):
+        for _ in range(depth):
+            x = torch.tanh(x @ w)
+        return x.sum()
+
+    backend = aot_autograd(fw_compiler=keep, bw_compiler=keep, partition_fn=partition)
+    torch.compiler.reset()
+    compiled = torch.compile(deep, backend=backend)
+    x, w = torch.randn(3, 4), torch.randn(4, 4, requires_grad=True)
+    for depth in (2, 2, 3):
+        compiled(x, w, depth).backward()
+    assert len(seen) == 2  # depth 3 failed the guard on depth == 2: compiled again
+    for (forward, backward), depth in zip(seen, (2, 3), strict=True):
+        assert ops(forward).count("aten.tanh.default") == depth
+        assert ops(backward).count("aten.tanh_backward.default") == depth
+
+
 # ---------------------------------------------------------------- a few more sentences
 
 
@@ -881,7 +917,7 @@ def test_the_function_works_in_eager_mode():
 
 @claim(
     LAB,
-    "The compiler does not record a tape while the compiled code runs.",
+    "No tape is recorded while compiled code runs;",
 )
 def test_compiled_code_records_no_tape():
     w = torch.randn(4, 2, requires_grad=True)

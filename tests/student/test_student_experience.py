@@ -54,6 +54,18 @@ def test_every_lab_starts_with_the_shared_setup(lab):
     assert "def draw(" not in setup, f"solutions/{lab}: draw() belongs in the shared setup"
 
 
+LAB_LINES = 1300  # a lab's text source stays under this (issue 51): an afternoon's work
+
+
+def test_every_lab_stays_under_its_length_limit():
+    long = {}
+    for lab in LABS:
+        lines = (SOLUTIONS / lab / f"{lab}.py").read_text(encoding="utf-8").count("\n")
+        if lines >= LAB_LINES:
+            long[lab] = lines
+    assert not long, f"labs of {LAB_LINES} source lines or more (tighten them): {long}"
+
+
 @pytest.mark.parametrize("lab", LABS)
 def test_build_expands_the_shared_setup(lab):
     setup = next(c for c in source_notebook(lab).cells if c.get("id") == "setup")
@@ -176,6 +188,78 @@ def test_setup_installs_only_what_is_missing():
     namespace["install_missing"]("torch", "no_such_package_for_this_test")
     assert len(calls) == 1 and calls[0][:4] == [sys.executable, "-m", "pip", "install"]
     assert calls[0][-1] == "no_such_package_for_this_test" and "torch" not in calls[0]
+
+
+def test_a_demo_that_runs_a_wrong_answer_says_one_sentence():
+    """`your_code` (the setup cell) around a demo's call of an answer: the answer's error is
+    one sentence naming the answer and the error's first line; an exercise not done yet and a
+    failed check go through as they are."""
+    namespace = setup_namespace()
+    your_code, answer_failed = namespace["your_code"], namespace["AnswerFailed"]
+    with pytest.raises(answer_failed) as raised, your_code("hvp"):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied\n(a second line)")
+    (shown,) = raised.value._render_traceback_()
+    assert shown.startswith(
+        "AnswerFailed: this demo stopped at an error while it ran your `hvp` (RuntimeError: "
+        "mat1 and mat2 shapes cannot be multiplied): its check above says what to fix"
+    )
+    for passing in (NotImplementedError("Exercise 2"), namespace["CheckFailed"]("a check")):
+        with pytest.raises(type(passing)), your_code("hvp"):
+            raise passing
+    with your_code("hvp"):
+        pass
+
+
+class OldShell:
+    """What the setup cell meets in IPython 5 to 7, older than ours as Colab's is:
+    set_custom_exc and `_render_traceback_` as today (read in 5.5.0's and 7.34.0's
+    interactiveshell.py), but no
+    compile._filename_map (new in IPython 8.0): a cell's code is named <ipython-input-N-hash>
+    by IPython's compiler, or /tmp/ipykernel_<pid>/<hash>.py by ipykernel 6's."""
+
+    class compile:
+        pass
+
+    class InteractiveTB:
+        @staticmethod
+        def structured_traceback(etype, value, tb, tb_offset=None):
+            return ["-" * 75, "a whole traceback", "..."] * 10
+
+    def __init__(self):
+        self.shown = []
+
+    def _showtraceback(self, etype, value, stb):
+        self.shown.append(stb)
+
+
+@pytest.mark.parametrize(
+    ("cell_file", "where"),
+    [("<ipython-input-7-2b1f0e1a9c3d>", "Cell In[7], line 2"), (None, "line 2 of a cell")],
+)
+def test_on_ipython_7_a_blank_exercise_and_a_failed_check_say_one_sentence(
+    cell_file, where, monkeypatch, tmp_path
+):
+    import IPython
+
+    cell_file = cell_file or str(tmp_path / "ipykernel_4242" / "3160684747.py")
+    shell = OldShell()
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    namespace = setup_namespace()
+    exercise = "def answer(x):\n    raise NotImplementedError('Exercise 1: write answer')\n"
+    exec(compile(exercise, cell_file, "exec"), namespace)
+    with pytest.raises(NotImplementedError) as raised:
+        namespace["answer"](1)
+    namespace["_not_done_yet"](shell, raised.type, raised.value, raised.tb)
+    assert shell.shown == [
+        [
+            f"NotImplementedError: `answer` is not written yet ({where}: Exercise 1: write "
+            "answer) Write it in its exercise cell and run that cell, then this one."
+        ]
+    ]
+    with pytest.raises(AssertionError) as raised:
+        exec(compile("\ncheck(False, 'the gradient should be 3')", cell_file, "exec"), namespace)
+    shown = raised.value._render_traceback_()
+    assert shown == [f"CheckFailed: the gradient should be 3 ({where})"]
 
 
 def test_check_says_what_is_wrong():
