@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from graders import sandbox_host, wire, zygote
 from graders.sandbox_argv import (
     KERNEL_THREADS,
     KERNEL_UIDS,
+    draw_id,
     kernel_argv,
     matplotlib_font_list,
 )
@@ -70,7 +70,7 @@ class SandboxKernelManager(AsyncKernelManager):
         uid = None
         self._mounted = False
         if os.getuid() == 0:  # a host user of its own, that owns nothing
-            uid = KERNEL_UIDS.start + secrets.randbelow(len(KERNEL_UIDS))
+            uid = draw_id(KERNEL_UIDS)
             self._mounted = sandbox_host.mount_tmpfs(
                 private, uid
             )  # the one host folder it writes: capped

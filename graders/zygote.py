@@ -31,7 +31,6 @@ import fcntl
 import json
 import logging
 import os
-import secrets
 import select
 import shutil
 import socket
@@ -53,6 +52,7 @@ from graders.sandbox_argv import (
     ZYGOTE_UIDS,
     available,
     bound_under_tmp,
+    draw_id,
     ipykernel_command,
     kernel_env,
     kernel_side,
@@ -84,7 +84,7 @@ class Zygote:
         lifeline, self._lifeline = os.pipe()
         keep = json.dumps(bound_under_tmp(list(readonly)))
         command = [sys.executable, "-m", "grading_zygote", str(listener.fileno()), str(lifeline)]
-        self.uid = ZYGOTE_UIDS.start + secrets.randbelow(len(ZYGOTE_UIDS))
+        self.uid = draw_id(ZYGOTE_UIDS)
         userns = fonts = None
         log = open(self.folder / "log", "ab")  # noqa: SIM115 - what set-up of a kernel failed
         try:
