@@ -13,7 +13,8 @@ nbgrader's Execute step is `SandboxedExecute` (nbgrader_config.py), whose
   its view: no /etc, /home, /root, other courses, the repository, the gradebook, the
   instructor's files or other hand-ins.
 * **Who it is**: when the grader runs as root, the kernel runs as a host user id of its own
-  that owns nothing (a fresh number above 200000, so two kernels never share one); otherwise
+  that owns nothing (a fresh number of graders/sandbox_argv.py's KERNEL_UIDS, held by no
+  account or subordinate range of the machine); otherwise
   bubblewrap's user namespace maps it to the grader's own, unprivileged, user. No
   capabilities, no new privileges.
 * **Its environment** is an allow-list too: PATH, HOME, the locale, the thread count and the

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -316,14 +317,81 @@ def kernel_argv(
 # only, whose root is an unprivileged host user (ZYGOTE_UIDS), never the host's root
 ZYGOTE_CAPS = ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_NET_ADMIN",
                "CAP_KILL")  # fmt: skip
-KERNEL_UIDS = range(200_000, 1_000_000)  # a root grader's kernels: a host user each, drawn here
-ZYGOTE_UIDS = range(1_000_000, 2_000_000)  # the root of a warm process's user namespace
+# Host ids no one else is given: above every range shadow's useradd hands out as subordinate
+# ids (login.defs: SUB_UID_MIN..SUB_UID_MAX, 100,000..600,100,000 by default) and systemd's
+# containers' (524,288..1,879,048,191), in the range systemd leaves unused, below 2**31; and
+# whatever this machine gives out all the same (/etc/subuid, /etc/subgid, its users and
+# groups: `taken_ids`) is never drawn nor mapped
+KERNEL_UIDS = range(1_900_000_000, 2_000_000_000)  # a root grader's kernels: a host user each
+ZYGOTE_UIDS = range(2_000_000_000, 2_100_000_000)  # the root of a warm process's user namespace
+SUBID_FILES = ("/etc/subuid", "/etc/subgid")
+MAP_LINES = 340  # the most lines a uid_map may hold
+
+
+@cache
+def taken_ids() -> tuple[range, ...]:
+    """The host ids this machine gives someone: every subordinate range of /etc/subuid and
+    /etc/subgid (rootless containers' users), and its users' and groups' own ids (through the
+    system's name service), merged and sorted. Read once per grading process."""
+    import grp
+    import pwd
+
+    spans = []
+    for name in SUBID_FILES:
+        try:
+            lines = Path(name).read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.strip().split(":")
+            if len(fields) == 3 and fields[1].isdigit() and fields[2].isdigit():
+                spans.append((int(fields[1]), int(fields[1]) + int(fields[2])))
+    spans += [(user.pw_uid, user.pw_uid + 1) for user in pwd.getpwall()]
+    spans += [(group.gr_gid, group.gr_gid + 1) for group in grp.getgrall()]
+    merged: list[list[int]] = []
+    for start, stop in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], stop)
+        else:
+            merged.append([start, stop])
+    return tuple(range(start, stop) for start, stop in merged)
+
+
+def free_ids(ids: range) -> list[range]:
+    """The parts of `ids` no one on this machine holds (`taken_ids`), at most enough of them
+    for a uid_map beside its root's line."""
+    parts, start = [], ids.start
+    for taken in taken_ids():
+        if taken.stop <= start or taken.start >= ids.stop:
+            continue
+        if taken.start > start:
+            parts.append(range(start, taken.start))
+        start = max(start, taken.stop)
+    if start < ids.stop:
+        parts.append(range(start, ids.stop))
+    return parts[: MAP_LINES - 1]
+
+
+def draw_id(ids: range) -> int:
+    """A host id drawn from `ids` that no one on this machine holds."""
+    parts = free_ids(ids)
+    index = secrets.randbelow(sum(len(part) for part in parts) or 1)
+    for part in parts:
+        if index < len(part):
+            return part[index]
+        index -= len(part)
+    raise RuntimeError(
+        f"no free host id in {ids.start}-{ids.stop - 1}: /etc/subuid, /etc/subgid or the "
+        "machine's users hold all of them"
+    )
 
 
 def user_map(root: int) -> str:
     """A warm process's uid_map (and gid_map): its root is host user `root`, and the kernels'
-    users are themselves; no other host user, host root least of all, is anyone there."""
-    return f"0 {root} 1\n{KERNEL_UIDS.start} {KERNEL_UIDS.start} {len(KERNEL_UIDS)}\n"
+    users (the free parts of KERNEL_UIDS) are themselves; no other host user, host root least
+    of all, is anyone there."""
+    kernels = "".join(f"{p.start} {p.start} {len(p)}\n" for p in free_ids(KERNEL_UIDS))
+    return f"0 {root} 1\n{kernels}"
 
 
 # the number of values each option of the allow-list takes (`by_descriptor`)

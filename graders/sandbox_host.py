@@ -34,6 +34,7 @@ from graders.sandbox_argv import (
 )
 
 LOG = logging.getLogger("graders.sandbox")
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 
 
 class MemoryGroups:
@@ -171,6 +172,19 @@ def mount_tmpfs(folder: Path, uid: int) -> bool:
         ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True
     )
     return done.returncode == 0
+
+
+def seal_tmpfs(folder: Path) -> bool:
+    """Make the tmpfs `mount_tmpfs` mounted on `folder` read-only, in every mount namespace
+    it is bound in (root only); False where that fails."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    flags = MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+    done = libc.mount(b"tmpfs", os.fsencode(folder), b"tmpfs", flags, None)
+    if done != 0:
+        LOG.warning("could not make %s read-only: errno %s", folder, ctypes.get_errno())
+    return done == 0
 
 
 def _mount_points() -> set[bytes]:

@@ -7,9 +7,9 @@ notebook; `write_kernelspec` the kernelspec the grader's scratch course uses."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -26,11 +26,13 @@ from graders import sandbox_host, wire, zygote
 from graders.sandbox_argv import (
     KERNEL_THREADS,
     KERNEL_UIDS,
+    draw_id,
     kernel_argv,
     matplotlib_font_list,
 )
 
 KILL_GRACE_S = 60  # a kernel still running this long after its notebook's budget is killed
+SOCKETS_WAIT_S = 120  # the longest a kernel may take to make its sockets (nbclient waits 60 s)
 
 
 class Settings(TypedDict, total=False):
@@ -70,7 +72,7 @@ class SandboxKernelManager(AsyncKernelManager):
         uid = None
         self._mounted = False
         if os.getuid() == 0:  # a host user of its own, that owns nothing
-            uid = KERNEL_UIDS.start + secrets.randbelow(len(KERNEL_UIDS))
+            uid = draw_id(KERNEL_UIDS)
             self._mounted = sandbox_host.mount_tmpfs(
                 private, uid
             )  # the one host folder it writes: capped
@@ -120,6 +122,8 @@ class SandboxKernelManager(AsyncKernelManager):
     async def _async_post_start_kernel(self, **kw):
         await super()._async_post_start_kernel(**kw)
         started_in = time.monotonic() - getattr(self, "_start_clock", time.monotonic())
+        if getattr(self, "_mounted", False):
+            await self._seal_sockets()
         if self.sandbox.get("timings"):
             wire.add_timing(Path(self.sandbox["timings"]), "kernel_start", started_in)
         budget = self.sandbox.get("budget_s")
@@ -128,6 +132,23 @@ class SandboxKernelManager(AsyncKernelManager):
             self._watchdog = threading.Timer(budget, self._over_budget, args=(budget,))
             self._watchdog.daemon = True
             self._watchdog.start()
+
+    async def _seal_sockets(self) -> None:
+        """Once the kernel has made its sockets, its private folder is made read-only (for
+        everyone: the tmpfs itself), before any client of the grader connects and so before
+        any cell runs: the grader's clients reconnect to those paths whenever a connection
+        drops, and would follow a link the kernel put in place of a socket, as root, to any
+        socket of the host. Connecting to a socket needs no write, so nothing else changes."""
+        ports = (self.shell_port, self.iopub_port, self.stdin_port, self.control_port,
+                 self.hb_port)  # fmt: skip
+        sockets = [Path(f"{self.ip}-{port}") for port in ports]
+        deadline = time.monotonic() + SOCKETS_WAIT_S
+        while not all(path.is_socket() for path in sockets):
+            process = getattr(self.provisioner, "process", None)
+            if time.monotonic() > deadline or process is None or process.poll() is not None:
+                return  # it did not start: nbclient says so, and it is thrown away
+            await asyncio.sleep(0.005)
+        sandbox_host.seal_tmpfs(self._private)
 
     def _over_budget(self, budget: float) -> None:
         process = getattr(self.provisioner, "process", None)

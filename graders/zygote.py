@@ -16,7 +16,9 @@ The warm process holds no privilege of the host's: it runs in a user namespace o
 it (graders/sandbox_argv.py, ZYGOTE_UIDS), never host root; the kernels' own host users are
 the only others mapped there. Its capabilities (ZYGOTE_CAPS) are over its namespaces only:
 files the host's root owns are not its own, and no process of that namespace, the warm
-process included, may make another user namespace (its limit is 0 there).
+process included, may make another user namespace (its limit is 0 there). The stub of each
+kernel is host root only until it has handed over the kernel's mounts and cgroups; it then
+becomes the warm process's host user, with no capability (graders/kernel/zygote_stub.py).
 
 Only a root grader forks kernels (a kernel's own host user needs root to give), and only
 when its private folder is under /tmp (the forked kernel makes that path in its own /tmp);
@@ -31,7 +33,6 @@ import fcntl
 import json
 import logging
 import os
-import secrets
 import select
 import shutil
 import socket
@@ -53,6 +54,7 @@ from graders.sandbox_argv import (
     ZYGOTE_UIDS,
     available,
     bound_under_tmp,
+    draw_id,
     ipykernel_command,
     kernel_env,
     kernel_side,
@@ -84,7 +86,7 @@ class Zygote:
         lifeline, self._lifeline = os.pipe()
         keep = json.dumps(bound_under_tmp(list(readonly)))
         command = [sys.executable, "-m", "grading_zygote", str(listener.fileno()), str(lifeline)]
-        self.uid = ZYGOTE_UIDS.start + secrets.randbelow(len(ZYGOTE_UIDS))
+        self.uid = draw_id(ZYGOTE_UIDS)
         userns = fonts = None
         log = open(self.folder / "log", "ab")  # noqa: SIM115 - what set-up of a kernel failed
         try:
@@ -159,6 +161,7 @@ class Zygote:
             },
             "file_paths": [[p.name, str(p)] for p in files],
             "group_paths": [str(p) for p in groups],
+            "stub_uid": self.uid,  # the stub's, once it has handed the kernel over
         }
         stub = [sys.executable, "-I", "-S", str(STUB), self.socket, str(private)]
         return [*stub, json.dumps(request)]

@@ -3,8 +3,9 @@ in bubblewrap holds, against a hand-in that tries to use what they share: the pr
 were all forked from.
 
 * Two kernels forked side by side share nothing a hand-in can use: not a user, a namespace,
-  a file, a process, a socket (abstract, loopback), shared memory or a random stream; and
-  neither sees the warm process, its other children or a capability.
+  a file, a process, a socket (abstract, loopback), shared memory, a random stream, a root
+  or /dev, or a watch on a file both read; and neither sees the warm process, its other
+  children or a capability.
 * A hand-in cannot kill its namespace's init (as under bubblewrap); one that kills its own
   kernel ends only itself: the warm process forks the next kernel as before.
 * The grader's switch (COURSE_FORK_KERNELS=0) and a grader that is not root start every
@@ -12,12 +13,13 @@ were all forked from.
 * The folder of a warm process whose grader was killed is removed by the next one made.
 * A read-only folder (the course's data) made or replaced after a warm process started is
   seen by the next kernel as it is then, as a kernel started alone sees it.
-* Seen from the host while a kernel runs, no process between the grader and it (the warm
-  process's sandbox, the warm process, the children that set up each kernel) is the host's
-  root, and those that hold a capability hold it in a user namespace where host root is
-  no one.
+* Seen from the host while a kernel runs, no process between the grader and it (the stub
+  nbgrader's kernel manager started, the warm process's sandbox, the warm process, the
+  children that set up each kernel) is the host's root, and those that hold a capability
+  hold it in a user namespace where host root is no one.
 * A forked kernel reaches nothing of its parent and nothing a new namespace would give: no
-  user namespace to make, no setns, ptrace or process_vm_readv on its init; its mount table
+  user namespace to make, no setns, ptrace or process_vm_readv on its init, no link in
+  place of the sockets the grader connects to (its client reconnects through one); its mount table
   holds one fresh mount on each of its folders (the warm process's own are gone, not
   covered) and no host path of the warm process; no descriptor but its own and no shared
   writable mapping.
@@ -32,7 +34,7 @@ import os
 import pytest
 from helpers import forked, printed_line, sandbox_client, stream_text
 
-from graders import sandbox, zygote
+from graders import sandbox, sandbox_argv, zygote
 
 pytestmark = [
     pytest.mark.skipif(sandbox.available() is not None, reason="needs bubblewrap"),
@@ -54,6 +56,7 @@ print("SELF " + json.dumps({
     "caps": [_status(f) for f in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")],
     "no_new_privs": _status("NoNewPrivs"),
     "draws": [random.random(), float(torch.rand(1)), float(numpy.random.rand())],
+    "fs": {p: os.stat(p).st_dev for p in ("/", "/dev", "/etc", "/dev/null")},
 }))
 """
 
@@ -73,6 +76,23 @@ _tcp.listen()
 _sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
                             start_new_session=True)
 print("PLANTED", _sleeper.pid)
+# and a watch on a file its classmates' kernels read too (the Zen of Python: no kernel imports
+# it): every open or read of it by another kernel would be an event here
+import ctypes
+_libc = ctypes.CDLL(None, use_errno=True)
+_watched = os.path.join(os.path.dirname(os.__file__), "this.py").encode()
+_inotify = _libc.inotify_init1(os.O_NONBLOCK)
+if _inotify >= 0:
+    _libc.inotify_add_watch(_inotify, _watched, 0x20 | 0x01 | 0x10)  # open, access, close
+"""
+
+# what the planting kernel heard of its classmate's, afterwards
+HEAR = """
+try:
+    _heard = len(os.read(_inotify, 4096)) if _inotify >= 0 else 0
+except BlockingIOError:
+    _heard = 0
+print("HEARD", _heard)
 """
 
 # a classmate's kernel looking for them
@@ -92,12 +112,13 @@ for _family, _address in ((socket.AF_UNIX, "\\0PLANT"), (socket.AF_INET, ("127.0
         _found.append(repr(_address))
     except OSError:
         pass
+open(os.path.join(os.path.dirname(os.__file__), "this.py")).read()
 print("FOUND", _found)
 """
 
 
 def test_two_forked_kernels_share_nothing_a_hand_in_can_use(tmp_path):
-    first = sandbox_client(tmp_path, [PLANT, SELF])
+    first = sandbox_client(tmp_path, [PLANT, SELF, HEAR])
     with first.setup_kernel():
         assert forked(first)
         first.execute_cell(first.nb.cells[0], 0)
@@ -106,10 +127,12 @@ def test_two_forked_kernels_share_nothing_a_hand_in_can_use(tmp_path):
         second = sandbox_client(tmp_path, [LOOK, SELF])
         second.execute()  # while the first kernel, and what it started, still run
         assert forked(second)
+        first.execute_cell(first.nb.cells[2], 2)
     one = json.loads(printed_line(first.nb.cells[1], "SELF"))
     two = json.loads(printed_line(second.nb.cells[1], "SELF"))
     assert printed_line(second.nb.cells[0], "FOUND") == "[]"
-    assert one["uid"] != two["uid"] and min(one["uid"], two["uid"]) >= 200_000
+    assert one["uid"] != two["uid"]
+    assert all(me["uid"] in sandbox_argv.KERNEL_UIDS for me in (one, two))
     for name, value in one["ns"].items():
         assert two["ns"][name] != value, f"both kernels in one {name} namespace"
     # each sees its own init (1), its kernel (2) and what it started: not the warm process,
@@ -120,6 +143,17 @@ def test_two_forked_kernels_share_nothing_a_hand_in_can_use(tmp_path):
         assert me["caps"] == ["0000000000000000"] * 5 and me["no_new_privs"] == "1"
     for a, b in zip(one["draws"], two["draws"], strict=True):  # random, torch, numpy
         assert a != b, "two forked kernels drew the same random numbers"
+    # its root and /dev are file systems of its own: not its sibling's, nor the warm
+    # process's (whose state, and its siblings', they would otherwise show it)
+    warm = os.stat(f"/proc/{_warm_python()}/root").st_dev
+    warm_dev = os.stat(f"/proc/{_warm_python()}/root/dev").st_dev
+    for folder, parents in (("/", warm), ("/dev", warm_dev)):
+        assert one["fs"][folder] != two["fs"][folder], f"both kernels see one {folder}"
+        assert parents not in (one["fs"][folder], two["fs"][folder]), f"the warm process's {folder}"
+    for me in (one, two):  # its /etc is on its own root; its devices are the machine's
+        assert me["fs"]["/etc"] == me["fs"]["/"] and me["fs"]["/dev/null"] != me["fs"]["/dev"]
+    # no watch on a file both read tells one kernel what the other does
+    assert printed_line(first.nb.cells[2], "HEARD") == "0"
 
 
 def test_a_hand_in_that_kills_its_init_and_itself_ends_only_itself(tmp_path):
@@ -223,33 +257,67 @@ def _warm_process() -> zygote.Zygote:
     return zygote._zygotes[(os.getpid(), (), ())]
 
 
+def _warm_python() -> int:
+    """The warm process itself (its forks, kernels included, share its command line)."""
+
+    def named(pid: int) -> bool:
+        try:
+            return b"grading_zygote" in open(f"/proc/{pid}/cmdline", "rb").read()  # noqa: SIM115
+        except OSError:
+            return False
+
+    for pid in _descendants(_warm_process().process.pid):
+        parent = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])  # noqa: SIM115
+        if named(pid) and not named(parent):
+            return pid
+    raise AssertionError("no warm process")
+
+
+def _status(pid: int) -> dict:
+    """Who process `pid` is on the host, and what it may do."""
+    status = open(f"/proc/{pid}/status").read()  # noqa: PTH123, SIM115
+    return {
+        "uids": [int(u) for u in status.split("Uid:")[1].split()[:4]],
+        "gids": [int(g) for g in status.split("Gid:")[1].split()[:4]],
+        "caps": int(status.split("CapEff:")[1].split()[0], 16),
+        "permitted": int(status.split("CapPrm:")[1].split()[0], 16),
+        "no_new_privs": status.split("NoNewPrivs:")[1].split()[0],
+        "userns": os.readlink(f"/proc/{pid}/ns/user"),
+        "map": open(f"/proc/{pid}/uid_map").read().split(),  # noqa: SIM115
+    }
+
+
 def test_nothing_between_the_grader_and_a_forked_kernel_is_host_root(tmp_path):
-    client = sandbox_client(tmp_path, ["import os; print('KERNEL', os.getuid())"])
-    seen = {}
+    client = sandbox_client(tmp_path, ["import os; print('KERNEL', os.getuid())", "1 + 1"])
+    seen, stubs = {}, []
     with client.setup_kernel():
-        client.execute_cell(client.nb.cells[0], 0)
         assert forked(client)
-        for pid in _descendants(_warm_process().process.pid):
-            try:
-                status = open(f"/proc/{pid}/status").read()  # noqa: PTH123, SIM115
-                seen[pid] = {
-                    "uids": [int(u) for u in status.split("Uid:")[1].split()[:4]],
-                    "caps": int(status.split("CapEff:")[1].split()[0], 16),
-                    "userns": os.readlink(f"/proc/{pid}/ns/user"),
-                    "map": open(f"/proc/{pid}/uid_map").read().split(),  # noqa: SIM115
-                }
-            except OSError:  # ended meanwhile
-                continue
+        stub = client.km.provisioner.process.pid  # what nbgrader's kernel manager started
+        for index, cell in enumerate(client.nb.cells):  # at each moment a cell has run
+            client.execute_cell(cell, index)
+            stubs.append(_status(stub))
+            for pid in _descendants(_warm_process().process.pid):
+                try:
+                    seen[pid] = _status(pid)
+                except OSError:  # ended meanwhile
+                    continue
     kernel = int(printed_line(client.nb.cells[0], "KERNEL"))
     # bubblewrap and its init, the warm process, and for the kernel: C, I, the kernel
     assert len(seen) >= 6 and kernel in [me["uids"][0] for me in seen.values()], seen
     host = os.readlink("/proc/self/ns/user")
     for pid, me in seen.items():
         assert 0 not in me["uids"], f"process {pid} of the warm process's tree is host root"
+        assert 0 not in me["gids"], f"process {pid} of the warm process's tree is host root"
         assert me["userns"] != host, f"process {pid} is in the host's user namespace"
         outside = me["map"][1::3]  # inside, outside, count: who is who on the host
         assert "0" not in outside, f"host root is someone in process {pid}'s namespace"
     assert any(me["caps"] for me in seen.values())  # the warm process's own, there only
+    # the stub, in the host's namespaces, is root only until it has handed the kernel over:
+    # then the warm process's unprivileged host user, with nothing to gain
+    warm = _warm_process().uid
+    for me in stubs:
+        assert me["uids"] == [warm] * 4 and me["gids"] == [warm] * 4, me
+        assert me["caps"] == me["permitted"] == 0 and me["no_new_privs"] == "1", me
 
 
 # a hand-in that tries to reach the process it was forked from, or its siblings' ways
@@ -272,6 +340,20 @@ os.close(_read)
 os.waitpid(_child, 0)
 _buffer = ctypes.create_string_buffer(8)
 _iov = (ctypes.c_void_p * 2)(ctypes.addressof(_buffer), 8)
+# its sockets' folder is the grader's (root's) way to it: a link put there in place of a
+# socket would be followed by the grader's reconnecting client to any socket of the host
+import ipykernel.connect
+_replaced = []
+for _folder in [os.path.dirname(ipykernel.connect.get_connection_file())]:
+    for _name in [*os.listdir(_folder), "planted"]:
+        _path = os.path.join(_folder, _name)
+        try:
+            if os.path.lexists(_path):
+                os.unlink(_path)
+            os.symlink("/run/host-daemon.sock", _path)
+            _replaced.append(_name)
+        except OSError:
+            pass
 _fds = {}
 for _fd in os.listdir("/proc/self/fd"):
     try:
@@ -288,6 +370,7 @@ print("REACH " + json.dumps({
     "mountinfo": open("/proc/self/mountinfo").read(),
     "sockets": glob.glob("/tmp/grading-zygote-*") + glob.glob("/tmp/*/socket"),
     "fds": _fds,
+    "replaced": _replaced,
     "shared_writable": [m for m in open("/proc/self/maps") if m.split()[1][1::2] == "ws"],
 }))
 """
@@ -308,3 +391,4 @@ def test_a_forked_kernel_reaches_nothing_of_its_parent_nor_a_new_namespace(tmp_p
     mine = ("/dev/null", "pipe:", "socket:", "anon_inode:", "/home/student/")
     assert all(target.startswith(mine) for target in reach["fds"].values()), reach["fds"]
     assert reach["shared_writable"] == []
+    assert reach["replaced"] == [], "the kernel replaced what the grader connects to"

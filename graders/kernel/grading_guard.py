@@ -16,7 +16,10 @@ profiles do (Docker's, without CAP_SYS_ADMIN):
   move_mount, fsopen, fsconfig, fsmount, fspick, mount_setattr);
 * other processes: ptrace, process_vm_readv/writev, pidfd_getfd, process_madvise, kcmp;
 * the kernel's own machinery: bpf, perf_event_open, userfaultfd, io_uring, kernel modules,
-  kexec, reboot, swap, acct, quotactl, syslog, open_by_handle_at, lookup_dcookie.
+  kexec, reboot, swap, acct, quotactl, syslog, open_by_handle_at, lookup_dcookie;
+* watches on files (inotify, fanotify): every kernel reads the same Python and system
+  files, so a watch on one would tell a kernel when a classmate's, running beside it,
+  opens or reads it (a channel between hand-ins; a grading kernel watches nothing).
 
 Every other system call is as before (fork, threads, subprocesses and torch's compilers
 included); a kernel holds no capability either way, so most of these would fail later on a
@@ -48,6 +51,8 @@ REFUSED = {
         "kexec_load": 246, "unshare": 272, "perf_event_open": 298, "open_by_handle_at": 304,
         "setns": 308, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312,
         "finit_module": 313, "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323,
+        "inotify_init": 253, "inotify_add_watch": 254, "inotify_init1": 294,
+        "fanotify_init": 300, "fanotify_mark": 301,
     },
     "aarch64": {
         "lookup_dcookie": 18, "umount2": 39, "mount": 40, "pivot_root": 41, "chroot": 51,
@@ -55,7 +60,8 @@ REFUSED = {
         "delete_module": 106, "syslog": 116, "ptrace": 117, "reboot": 142, "swapon": 224,
         "swapoff": 225, "perf_event_open": 241, "open_by_handle_at": 265, "setns": 268,
         "process_vm_readv": 270, "process_vm_writev": 271, "kcmp": 272, "finit_module": 273,
-        "bpf": 280, "userfaultfd": 282, "kexec_file_load": 294,
+        "bpf": 280, "userfaultfd": 282, "kexec_file_load": 294, "inotify_init1": 26,
+        "inotify_add_watch": 27, "fanotify_init": 262, "fanotify_mark": 263,
     },
 }  # fmt: skip
 # the same number on every architecture (the table they share from 403 on)

@@ -45,6 +45,7 @@ started it ends (its lifeline pipe closes), and the whole sandbox with it.
 import ctypes
 import json
 import os
+import re
 import selectors
 import signal
 import socket
@@ -66,11 +67,15 @@ CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_MOVE, MS_REC, MS_PRIVATE = 2, 4, 8, 8192, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
+MS_MOVE, MS_REC, MS_PRIVATE = 8192, 16384, 1 << 18
 MNT_DETACH = 2
+ROOT_BYTES = 1 << 20  # the kernel's own root: folders and links, read-only once made
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_MOUNT_SETATTR = 428, 429, 442  # on every architecture
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+ESCAPED = re.compile(rb"\\([0-7]{3})")  # a blank or a backslash in a mount point
 OPEN_TREE_CLONE, AT_EMPTY_PATH, AT_RECURSIVE, MOVE_MOUNT_F_EMPTY_PATH = 0x1, 0x1000, 0x8000, 0x4
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC = 0x1, 0x2, 0x4, 0x8
 SIOCSIFFLAGS, IFF_UP, IFF_LOOPBACK, IFF_RUNNING = 0x8914, 0x1, 0x8, 0x40
@@ -157,6 +162,69 @@ def _fresh_proc() -> None:
     _check(_libc.umount2(b"/proc", MNT_DETACH), "umount /proc")
     _mount(beside, "/proc", None, MS_MOVE)
     os.rmdir(beside)
+
+
+def _mount_points() -> dict[str, tuple[int, int]]:
+    """Each mount point this process sees: (its mount's id, its parent's), the topmost's."""
+    points = {}
+    with open("/proc/self/mountinfo", "rb") as fh:
+        for line in fh:
+            fields = line.split()
+            point = ESCAPED.sub(lambda m: bytes([int(m[1], 8)]), fields[4])
+            points[os.fsdecode(point)] = (int(fields[0]), int(fields[1]))
+    return points
+
+
+def _copy_tree(old: str, new: str, points: dict, flat: set[int], moved: str) -> None:
+    """What is in folder `old` of a flat mount (the root, /dev), made again under `new`:
+    folders, links and small files copied, every other mount on it bound there (with what
+    is mounted below it), the flat mounts' folders copied in turn; `moved` is left empty
+    (it is moved over afterwards)."""
+    for entry in os.scandir(old):
+        path, target = entry.path, new + entry.path
+        info = os.lstat(path)
+        mounted = points.get(path)
+        if mounted is not None and mounted[0] not in flat:
+            if stat.S_ISDIR(info.st_mode):
+                os.mkdir(target, 0o755)
+            else:
+                open(target, "w").close()
+            if path != moved:
+                _mount(path, target, None, MS_BIND | MS_REC)
+        elif stat.S_ISLNK(info.st_mode):
+            os.symlink(os.readlink(path), target)
+        elif stat.S_ISDIR(info.st_mode):
+            os.mkdir(target)
+            os.chmod(target, stat.S_IMODE(info.st_mode))
+            _copy_tree(path, new, points, flat, moved)
+        elif stat.S_ISREG(info.st_mode) and info.st_size <= 1 << 16:
+            with open(path, "rb") as source, open(target, "wb") as copy:
+                copy.write(source.read())
+            os.chmod(target, stat.S_IMODE(info.st_mode))
+
+
+def _own_root() -> None:
+    """A root and /dev of the kernel's own instead of the warm process's: a fresh tmpfs
+    holding the same folders and links, with the same mounts bound on it (its fresh ones
+    among them) and the machine's devices bound in its /dev; pivoted to, the warm process's
+    unmounted, then made read-only. Nothing of the warm process's root or /dev, nor any
+    state of a sibling's, is left in its view."""
+    points = _mount_points()
+    flat = {points["/"][0]} | ({points["/dev"][0]} if "/dev" in points else set())
+    new = "/tmp/.root"
+    os.mkdir(new, 0o700)
+    _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, f"size={ROOT_BYTES},mode=0755")
+    _copy_tree("/", new, points, flat, moved="/tmp")
+    os.mkdir(new + "/.old", 0o700)
+    number = SYS_PIVOT_ROOT[os.uname().machine]
+    pivoted = _libc.syscall(number, os.fsencode(new), os.fsencode(new + "/.old"))
+    _check(0 if pivoted == 0 else -1, "pivot_root")
+    os.chdir("/")
+    _mount("/.old/tmp", "/tmp", None, MS_MOVE)  # the kernel's fresh /tmp, with its binds
+    _check(_libc.umount2(b"/.old", MNT_DETACH), "umount the warm process's root")
+    os.rmdir("/.old")
+    os.rmdir(new)  # where the new root was made, in the kernel's /tmp
+    _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
 def _loopback_up() -> None:
@@ -287,6 +355,7 @@ def _init(request: dict, fds: list[int]) -> None:
     _fresh_proc()
     _check(_libc.umount2(b"/dev/pts", MNT_DETACH), "umount /dev/pts")
     _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666")
+    _own_root()
     _loopback_up()
     os.closerange(3, 1 << 16)
     os.environ.clear()

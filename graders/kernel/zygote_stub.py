@@ -4,9 +4,12 @@ watches and kills, as it would a kernel (graders/zygote.py says why and how).
 Run as ``python -I -S zygote_stub.py SOCKET PRIVATE REQUEST`` (standard library only): it
 turns the kernel's folders into detached mounts (the private runtime folder, and each of the
 lab's files and matplotlib's font list read-only), opens the kernel's cgroups for joining,
-hands all of it to the warm process over SOCKET (grading_zygote.py, beside it), then waits.
-It ends with the kernel's exit status when the kernel ends; when it is killed, the kernel is
-killed (the warm process sees the connection close). PRIVATE is also an argument of its own
+hands all of it to the warm process over SOCKET (grading_zygote.py, beside it), then drops
+to the warm process's own unprivileged host user (the request's ``stub_uid``), with no
+capability and no new privileges, and waits: the host's root is needed only to make those
+mounts and open those groups, before the hand-off. It ends with the kernel's exit status when
+the kernel ends; when it is killed, the kernel is killed (the warm process sees the
+connection close). PRIVATE is also an argument of its own
 so that graders/sandbox_host.py finds it by its command line, as it finds bubblewrap's.
 """
 
@@ -16,11 +19,12 @@ import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves its folder out
-from grading_zygote import detached  # noqa: E402 - its module-level imports: stdlib only
+from grading_zygote import _drop_privileges, detached  # noqa: E402 - stdlib only
 
 
 def main(socket_path: str, private: str, given: str) -> int:
     request = json.loads(given)
+    unprivileged = request.pop("stub_uid")
     fds = [detached(private, readonly=False, noexec=True)]
     request["private"], request["private_fd"] = private, 0
     files = []
@@ -38,6 +42,7 @@ def main(socket_path: str, private: str, given: str) -> int:
         socket.send_fds(conn, [json.dumps(request).encode()], fds)
         for fd in fds:
             os.close(fd)
+        _drop_privileges(unprivileged)  # nothing of the host's root is needed from here on
         said = b""
         while chunk := conn.recv(64):
             said += chunk

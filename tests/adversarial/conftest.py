@@ -1,6 +1,7 @@
-"""The adversarial suites share one graded hostile class (`graded`), one class graded with
-feedback under hostile names (`named`), and the built course they copy (`pristine`): each made
-once per session, so tests/conftest.py keeps their tests on one xdist worker."""
+"""The adversarial suites share one graded hostile class (`graded`), graded with feedback,
+that also holds the hand-ins under hostile names and the leaking notebooks (`named`: the same
+run, seen by those names), and the built course they copy (`pristine`): each made once per
+session, so tests/conftest.py keeps their tests on one xdist worker."""
 
 from __future__ import annotations
 
@@ -78,35 +79,36 @@ def graded(pristine, tmp_path_factory):
             "other": root / "submitted" / "complete" / LAB / f"{LAB}.ipynb",
         }
         scores = make_class(root, paths)
+        write_named(root)
         set_due_date(root, DUE)
         before = snapshot(root)
         mp = pytest.MonkeyPatch()
         mp.setenv(SECRET_NAME, SECRET)  # in the grader's own environment while it grades
         try:
-            report = grade_class(
-                root, labs=[LAB], workers=2, cell_timeout=CELL_TIMEOUT, quiet=True, feedback=False
-            )
+            report = grade_class(root, labs=[LAB], workers=2, cell_timeout=CELL_TIMEOUT, quiet=True)
         finally:
             mp.undo()
         return root, scores, report, before
 
 
+def write_named(root):
+    """Hand-ins under hostile folder names (10 each, complete), a notebook that prints the
+    hidden tests' code everywhere it can (10), and one that has the judge quote it (8)."""
+    complete, _blank = complete_and_blank(root)
+    for name in [*NAMES, CSV_HOSTILE]:
+        write_notebook(root, name, copy.deepcopy(complete))
+    nb = copy.deepcopy(complete)
+    prepend(nb, FIRST, LEAK_HOOKS)
+    prepend(nb, "fresh_gradients", LEAK_HISTORY)
+    write_notebook(root, "leaks_hidden_code", nb)
+    nb = copy.deepcopy(complete)
+    prepend(nb, FIRST, LEAK_THROUGH_THE_JUDGE)
+    write_notebook(root, "leaks_through_the_judge", nb)
+
+
 @pytest.fixture(scope="session")
-def named(pristine, tmp_path_factory):
-    """A class graded with feedback: hostile folder names (10 each, complete), a notebook
-    that prints the hidden tests' code everywhere it can (10), and one that has the judge
-    quote it (8)."""
-    with frozen():
-        root = course_copy(pristine, tmp_path_factory.mktemp("named"))
-        complete, _blank = complete_and_blank(root)
-        for name in [*NAMES, CSV_HOSTILE]:
-            write_notebook(root, name, copy.deepcopy(complete))
-        nb = copy.deepcopy(complete)
-        prepend(nb, FIRST, LEAK_HOOKS)
-        prepend(nb, "fresh_gradients", LEAK_HISTORY)
-        write_notebook(root, "leaks_hidden_code", nb)
-        nb = copy.deepcopy(complete)
-        prepend(nb, FIRST, LEAK_THROUGH_THE_JUDGE)
-        write_notebook(root, "leaks_through_the_judge", nb)
-        report = grade_class(root, labs=[LAB], workers=2, cell_timeout=CELL_TIMEOUT, quiet=True)
-        return root, report
+def named(graded):
+    """The class graded with feedback, for the hand-ins `write_named` adds to it (one class
+    run for both: a run of its own cost 46-49 s of CI)."""
+    root, _scores, report, _before = graded
+    return root, report
