@@ -565,7 +565,7 @@ for _seed, _steps, _max_norm, _width in ((112, 4, 0.5, 6), (113, 3, 5.0, 9)):
 # custom `autograd.Function` that must run in `float32` takes
 # `@torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)` on its `forward` and
 # `@torch.amp.custom_bwd(device_type="cpu")` on its `backward`, in lab 9's older style,
-# `forward(ctx, x)`: with a `setup_context`, torch 2.14.1's backward fails.
+# `forward(ctx, x)`: with a `setup_context`, the backward fails (torch 2.10 to 2.15).
 
 # %%
 torch.manual_seed(0)

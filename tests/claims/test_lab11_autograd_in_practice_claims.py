@@ -992,7 +992,7 @@ def test_the_scalers_state_dict_keeps_its_scale():
     "A custom `autograd.Function` that must run in `float32` takes "
     '`@torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)` on its `forward` and '
     '`@torch.amp.custom_bwd(device_type="cpu")` on its `backward`, in lab 9\'s older style, '
-    "`forward(ctx, x)`: with a `setup_context`, torch 2.14.1's backward fails.",
+    "`forward(ctx, x)`: with a `setup_context`, the backward fails (torch 2.10 to 2.15).",
 )
 def test_custom_fwd_and_custom_bwd_need_the_older_style():
     seen = []
@@ -1038,7 +1038,6 @@ def test_custom_fwd_and_custom_bwd_need_the_older_style():
     assert x.grad is not None
     with pytest.raises(AttributeError, match="_fwd_used_autocast"):
         newer.sum().backward()
-    assert torch.__version__.startswith("2.14.1")
 
 
 # ---------------------------------------------------------------- a custom op under torch.func
