@@ -8,12 +8,13 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # have it beside the repository; users do not, and get the offline sample instead).
 export COURSE_MNIST_MIRROR ?= $(wildcard $(abspath ../shared/data))
 
-.PHONY: help install sandbox browser build data demo autograde report test test-fast format lab hub hub-stop hub-destroy hub-add-student hub-remove-student hub-backup hub-restore clean
+.PHONY: help install sandbox browser build data demo autograde report test test-fast torch-check format lab hub hub-stop hub-destroy hub-add-student hub-remove-student hub-backup hub-restore clean
 
 help:
 	@echo "make demo       set up .venv, build the labs, grade the demo class, print the grades"
 	@echo "make test       lint and run the test suite (all of it: what CI runs)"
 	@echo "make test-fast  lint and run the tests that grade no class and start no real client"
+	@echo "make torch-check TORCH=2.12.0   the claims tests and every lab on that torch (or oldest)"
 	@echo "make build      solutions/*.py -> labs/ (the student release)"
 	@echo "make data       prepare MNIST in data/cache (works offline)"
 	@echo "make autograde  grade everything under submitted/ -> gradebook, feedback/, grades.csv"
@@ -92,6 +93,17 @@ test-fast: install sandbox
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PYTEST) -m "not slow" --durations=10
+
+# The claims tests and every lab (blank and solved, in JupyterLab in chromium where there is
+# one, else the solutions through nbclient) on one torch, in a fresh environment with the
+# README's packages: .scratch/torch-$(TORCH), kept for the next run of the same TORCH.
+# TORCH is a version (2.12.0) or oldest/newest of pyproject.toml's range (tests/student/
+# torch_check.py). pip's configured torch cap, if any, is lifted for it. Not part of `make test`:
+# a torch other than the machine's cached one is a download of 3-4 GB (torch and its CUDA
+# packages), and the 22 browser runs take about as long as the rest of the suite.
+TORCH ?= oldest
+torch-check: install browser
+	COURSE_TORCH=$(TORCH) $(PY) -m pytest -p no:xdist -p no:cacheprovider tests/student/torch_check.py --durations=5
 
 format: install
 	$(PY) -m ruff format .

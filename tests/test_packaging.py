@@ -53,3 +53,58 @@ def test_parser_sees_a_difference(tmp_path):
     assert "torch" in pyproject and "torchviz" in pyproject and len(pyproject) >= 10
     changed = dict(conda_requirements(), torch=">=1.0")
     assert changed != pyproject
+
+
+def torch_range() -> tuple[str, str]:
+    """pyproject.toml's torch range as (oldest, newest): >=2.10,<2.16 -> 2.10, 2.15."""
+    spec = pyproject_requirements()["torch"]
+    found = re.fullmatch(r">=(\d+)\.(\d+),<(\d+)\.(\d+)", spec)
+    assert found, f"pyproject.toml's torch range {spec!r} is not '>=A.B,<C.D'"
+    a, b, c, d = map(int, found.groups())
+    assert c == a and d > b, f"torch {spec}: the range's newest is {c}.{d - 1}"
+    return f"{a}.{b}", f"{c}.{d - 1}"
+
+
+SETUP_CELL = REPO / "solutions" / "common" / "setup_cell.py"
+
+
+def test_the_torch_range_is_the_same_everywhere():
+    """The tested range, declared once in pyproject.toml, is the README's (its laptop line and
+    its sentence) and the setup cell's, which tells a student outside it."""
+    oldest, newest = torch_range()
+    floor, bound = pyproject_requirements()["torch"].split(",")
+    readme = (REPO / "README.md").read_text()
+    assert f'pip install "torch{floor},{bound}" torchvision ' in readme
+    assert f"the labs are checked on torch {oldest} to {newest}" in readme
+    tested = re.search(r'^TESTED_TORCH = \("([\d.]+)", "([\d.]+)"\)$', SETUP_CELL.read_text(), re.M)
+    assert tested and tested.groups() == (oldest, newest), tested
+
+
+def torch_range_note():
+    """The setup cell's own function, run alone."""
+    import ast
+
+    tree = ast.parse(SETUP_CELL.read_text())
+    wanted = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+        and node.name == "torch_range_note"
+        or isinstance(node, ast.Assign)
+        and ast.unparse(node.targets[0]) == "TESTED_TORCH"
+    ]
+    namespace = {"re": re}
+    exec(compile(ast.Module(wanted, []), str(SETUP_CELL), "exec"), namespace)
+    return namespace["torch_range_note"]
+
+
+def test_the_setup_cell_says_when_torch_is_outside_the_range():
+    note = torch_range_note()
+    oldest, newest = torch_range()
+    for inside in (f"{oldest}.0", f"{newest}.0+cu130", "2.14.1"):
+        assert note(inside) is None, inside
+    older, newer = note("2.9.1+cu126"), note("2.16.0.dev20270101")
+    assert "torch 2.9.1+cu126 is older than" in older and "may fail" in older
+    assert "torch 2.16.0.dev20270101 is newer than" in newer
+    for said in (older, newer):
+        assert f"torch {oldest} to {newest}" in said and said.count(". ") == 0

@@ -37,6 +37,33 @@ install_missing("torchviz", "livelossplot", "tqdm")
 
 import torch
 
+# The torch versions this course is checked on, oldest and newest (pyproject.toml's range);
+# the lab's first cell prints the version at hand.
+TESTED_TORCH = ("2.10", "2.15")
+
+
+def torch_range_note(version):
+    """One sentence when torch `version` is outside TESTED_TORCH, else None."""
+    have = tuple(int(n) for n in re.findall(r"\d+", version)[:2])
+    low, high = (tuple(map(int, v.split("."))) for v in TESTED_TORCH)
+    checked = f"the torch {TESTED_TORCH[0]} to {TESTED_TORCH[1]} these labs are checked on"
+    if have < low:
+        return (
+            f"Note: torch {version} is older than {checked}: some printed messages and compiler "
+            "results differ from what the text says, and a cell that needs a newer torch may "
+            "fail; run the lab on, or install a newer torch."
+        )
+    if have > high:
+        return (
+            f"Note: torch {version} is newer than {checked}: a printed message or a compiler "
+            "result may differ from what the text says."
+        )
+    return None
+
+
+if torch_range_note(torch.__version__):
+    print(torch_range_note(torch.__version__))
+
 torch.manual_seed(0)
 torch.set_printoptions(precision=4, sci_mode=False)
 

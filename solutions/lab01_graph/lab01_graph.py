@@ -217,7 +217,8 @@ draw(branches)
 #   edges into one node.
 # * If `t.grad_fn` is `None` (a leaf, or a tensor that is not tracked), return `([], [])`.
 #
-# Compare nodes by identity (`is`, or `id(node)` in a set), not by name: the recurrent
+# Compare nodes by identity (`is`, or `id(node)` in a set while `nodes` holds the node itself:
+# an `id` may be reused once its object is freed), not by name: the recurrent
 # cell has two different nodes both called `MmBackward0`.
 #
 # `show_graph(nodes, edges)` (defined below) prints your result, numbering the nodes so that

@@ -226,7 +226,7 @@ print("w.grad after two backward() calls:", w.grad)
 # only when a node needs a tensor it has already freed. Do not build on the exception: even
 # `w * 3` saves a tensor, the 3 (for $dy/dw = 3$): PyTorch wraps the Python number in a
 # 0-dimensional tensor and keeps it as `y.grad_fn._saved_other`, so a second `backward()`
-# through `w * 3` fails too (checked on torch 2.14.1, where this wrapped number is also kept
+# through `w * 3` fails too (checked on torch 2.10 to 2.15, where this wrapped number is also kept
 # away from saved-tensor hooks: they see only real tensors). And nearly every real graph has
 # nodes that save something. (The engine you will write in lab 8 keeps it simple and frees every
 # node after a pass, whether it saved a tensor or not, so it refuses even the second pass

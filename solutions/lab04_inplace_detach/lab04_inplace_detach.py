@@ -249,8 +249,8 @@ except RuntimeError as error:
 # %% [markdown]
 # Read the message from left to right: *one of the variables needed for gradient computation
 # has been modified by an inplace operation*; it is a float tensor of shape `[3]`, the
-# *output 0 of Exp* (the result of `exp`), it *is at version 1* and autograd *expected
-# version 0*. That names the culprit here because `exp` saved its *output*: the message names
+# *output 0 of Exp* (the result of `exp`; torch 2.10 writes the node's class name,
+# *ExpBackward0*), it *is at version 1* and autograd *expected version 0*. That names the culprit here because `exp` saved its *output*: the message names
 # the operation that made the tensor. For a saved *input* it names the in-place operation that
 # last wrote it (*output 0 of Add* after an `add_`), and nothing for a tensor that needs no
 # gradient; the shape and the versions still point at it.

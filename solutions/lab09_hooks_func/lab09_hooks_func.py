@@ -1119,8 +1119,9 @@ for name, run in {
 # ## 5. Which forward line broke the backward pass?
 #
 # Lab 4's version-counter error says *what* went wrong, and even names the operation whose
-# saved output was changed (`Tanh` below), but not *where* in your code: the error is raised
-# in `backward()`, long after the forward line that caused it ran. Here is lab 4's broken
+# saved output was changed (`Tanh` below; `TanhBackward0` on torch 2.10), but not *where* in
+# your code: the error is raised in `backward()`, long after the forward line that caused it
+# ran. Here is lab 4's broken
 # function, hidden in a small helper as it would be in a real model:
 
 

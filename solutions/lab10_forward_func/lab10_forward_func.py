@@ -452,11 +452,11 @@ print("depths drawn by three vmap calls over 6 samples each:", draws)
 
 # %% [markdown]
 # That is the dynamic graph meeting `vmap`: a choice made by Python is made once per call, not
-# once per sample. `vmap` refuses three more things a dynamic model does, with torch 2.14.1's
-# messages below: a Python `if` or `while` on a tensor's value (each sample would need a
-# branch of its own), `.item()` (a batched tensor has no one number), and random operations,
-# dropout included, unless you choose `randomness="different"` (a draw per sample) or
-# `"same"` (one draw for all).
+# once per sample. `vmap` refuses three more things a dynamic model does, with the messages
+# below (the same on torch 2.10 to 2.15): a Python `if` or `while` on a tensor's value (each
+# sample would need a branch of its own), `.item()` (a batched tensor has no one number),
+# and random operations, dropout included, unless you choose `randomness="different"` (a draw
+# per sample) or `"same"` (one draw for all).
 
 
 # %%
@@ -809,7 +809,7 @@ for name, way in ways.items():
 #   tensors that stand for the whole batch (so they must be written in PyTorch operations),
 #   or a `vmap` staticmethod that you write.
 #
-# Here is what each missing piece costs, with the messages of torch 2.14.1:
+# Here is what each missing piece costs, with the messages of torch 2.10 to 2.15:
 
 
 # %%

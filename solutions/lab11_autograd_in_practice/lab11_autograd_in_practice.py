@@ -131,8 +131,9 @@ for name, fn in tries.items():
 
 # %% [markdown]
 # The last one works here, in torch 2.14.1: `clamp(min=0)` sends back a zero gradient at and
-# below its bound, by selecting like `where`, so the $\infty$ of `sqrt` at 0 stops there. It
-# works for `sqrt` because $\sqrt{0}$ is finite. For $x \log x$, the next exercise, a clamp alone
+# below its bound, by selecting like `where`, so the $\infty$ of `sqrt` at 0 stops there (on
+# torch 2.10 `clamp` still passes the gradient at its bound, and the gradient at 0 is
+# $\infty$: the printout above says which your torch does). It works for `sqrt` because $\sqrt{0}$ is finite. For $x \log x$, the next exercise, a clamp alone
 # gives $0 \cdot \log 0 = 0 \cdot (-\infty)$, NaN, in the forward value at 0.
 #
 # ### Exercise 1 (2 points): an entropy term without NaN
@@ -549,7 +550,7 @@ for _seed, _steps, _max_norm, _width in ((112, 4, 0.5, 6), (113, 3, 5.0, 9)):
 # custom `autograd.Function` that must run in `float32` takes
 # `@torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)` on its `forward` and
 # `@torch.amp.custom_bwd(device_type="cpu")` on its `backward`, in lab 9's older style,
-# `forward(ctx, x)`: with a `setup_context`, torch 2.14.1's backward fails.
+# `forward(ctx, x)`: with a `setup_context`, the backward fails (torch 2.10 to 2.15).
 
 # %%
 torch.manual_seed(0)

@@ -131,9 +131,9 @@ def acc_nodes(t):
     seen, todo, found = set(), [t.grad_fn], []
     while todo:
         node = todo.pop()
-        if node is None or id(node) in seen:
+        if node is None or node in seen:
             continue
-        seen.add(id(node))
+        seen.add(node)  # the node itself: its id() may be reused once it is freed (lab 3)
         if hasattr(node, "variable"):
             found.append(node)
         todo += [child for child, _ in node.next_functions]

@@ -121,9 +121,8 @@ def test_times_a_number_saves_a_wrapped_number():
     assert y.grad_fn._saved_self is None  # w itself is not needed: 3 needs no gradient
 
 
-@claim(LAB, "so a second `backward()` through `w * 3` fails too (checked on torch 2.14.1")
+@claim(LAB, "so a second `backward()` through `w * 3` fails too (checked on torch 2.10 to 2.15")
 def test_second_backward_through_times_a_number_raises():
-    assert torch.__version__.startswith("2.14.1")
     w = torch.tensor(3.0, requires_grad=True)
     y = w * 3
     y.backward()

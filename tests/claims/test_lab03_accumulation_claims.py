@@ -176,9 +176,9 @@ def edges_into(loss, W):
     seen, todo, count = set(), [loss.grad_fn], 0
     while todo:
         node = todo.pop()
-        if id(node) in seen:
+        if node in seen:  # the nodes themselves: an id() may be reused (lab 3)
             continue
-        seen.add(id(node))
+        seen.add(node)
         for child, _ in node.next_functions:
             if child is None:
                 continue
@@ -297,3 +297,34 @@ def test_uneven_micro_batches_match_up_to_rounding():
     for start in range(0, 10, 4):  # unscaled means: not the big batch's gradient
         F.mse_loss(model(X[start : start + 4]), y[start : start + 4]).backward()
     assert not torch.allclose(model.weight.grad, big[0], rtol=1e-3)
+
+
+@claim(
+    LAB,
+    "Keep the nodes themselves in your set of visited nodes, not their `id()`: a node's Python "
+    "object may be freed once nothing holds it and its `id` given to the next one (on torch "
+    "2.10, for one, it is: a walk that keeps only ids finds fewer than the 4 uses of W in the "
+    "loss of 4 steps).",
+)
+def test_a_walk_by_id_alone_can_lose_nodes():
+    W, h = torch.randn(3, 3, requires_grad=True), torch.randn(3, 1)
+    for _ in range(4):
+        h = torch.tanh(W @ h)
+    loss = h.sum()
+
+    def by_id(loss, W):
+        seen, todo, count = set(), [loss.grad_fn], 0
+        while todo:
+            node = todo.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))  # the node itself may be freed now, and its id reused
+            for child, _ in node.next_functions:
+                if child is not None:
+                    count += getattr(child, "variable", None) is W
+                    todo.append(child)
+        return count
+
+    assert edges_into(loss, W) == 4  # keeping the nodes: right on every torch
+    if torch.__version__.startswith("2.10."):
+        assert by_id(loss, W) < 4

@@ -215,11 +215,13 @@ def test_fullgraph_turns_a_break_into_an_error():
 
 @claim(LAB, "its condition is a tensor, known only when the data is there")
 def test_grow_breaks_the_graph():
-    from torch._dynamo import explain
-
+    """On every torch of the range the compiler cannot keep the loop in one graph: with
+    fullgraph=True it refuses it. (Before torch 2.15 the graph breaks at the condition and
+    more graphs hold the body; since 2.15 the one graph is the condition and the loop runs in
+    Python: the lab prints the count, `grow: N graphs`, rather than stating it.)"""
     torch.compiler.reset()
-    report = explain(grow)(torch.randn(1, 4), torch.randn(4, 4) * 0.3)
-    assert report.graph_break_count >= 1
+    with pytest.raises(Exception, match="(?i)data-dependent"):
+        torch.compile(grow, backend="eager", fullgraph=True)(torch.randn(1, 4), torch.eye(4))
 
 
 @claim(
@@ -385,7 +387,9 @@ def test_while_loop_is_one_operation_with_two_subgraphs():
 )
 def test_grow_while_is_grow_in_one_graph():
     x, w = torch.randn(1, 4), torch.randn(4, 4) * 0.3
-    assert len(graphs_of(grow, x, w)) > 1  # the Python loop breaks the graph
+    torch.compiler.reset()
+    with pytest.raises(Exception, match="(?i)data-dependent"):  # the Python loop is no graph
+        torch.compile(grow, backend="eager", fullgraph=True)(x, w)
     assert len(graphs_of(grow_while, x, w)) == 1
     torch.compiler.reset()
     compiled = torch.compile(grow_while, backend="eager", fullgraph=True)
@@ -499,7 +503,8 @@ def test_graph_breaks_log_no_warning_but_the_recompile_limit_does(capsys):
 
     kept = []
     seen = warnings_logged(lambda: kept.extend(graphs_of(breaks, torch.randn(3), torch.eye(3))))
-    assert len(kept) >= 3 and seen == []
+    # the `if` and the `print` end a graph on every torch of the range, the `while` before 2.15
+    assert len(kept) >= 2 and seen == []
 
     def scaled(x, n):
         return x * n

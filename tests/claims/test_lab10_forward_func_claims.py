@@ -397,11 +397,11 @@ def test_functional_call_calls_the_module_with_its_hooks():
 
 @claim(
     LAB,
-    "`vmap` refuses three more things a dynamic model does, with torch 2.14.1's messages "
-    "below: a Python `if` or `while` on a tensor's value (each sample would need a branch of its "
-    "own), `.item()` (a batched tensor has no one number), and random operations, dropout "
-    'included, unless you choose `randomness="different"` (a draw per sample) or `"same"` (one '
-    "draw for all).",
+    "`vmap` refuses three more things a dynamic model does, with the messages below (the same on "
+    "torch 2.10 to 2.15): a Python `if` or `while` on a tensor's value (each sample would need "
+    "a branch of its own), `.item()` (a batched tensor has no one number), and random "
+    'operations, dropout included, unless you choose `randomness="different"` (a draw per '
+    'sample) or `"same"` (one draw for all).',
 )
 def test_what_vmap_refuses():
     xs = torch.randn(4, 3)
@@ -433,7 +433,6 @@ def test_what_vmap_refuses():
     same = torch.func.vmap(noisy, randomness="same")(ones)
     assert not all(torch.equal(different[0], row) for row in different)
     assert all(torch.equal(same[0], row) for row in same)
-    assert torch.__version__.startswith("2.14.1")
 
 
 @claim(LAB, "`torch.func` needs no `requires_grad`, and it never writes into a parameter's `.grad`")
@@ -596,7 +595,7 @@ def test_old_style_functions_work_with_backward_only():
             transform()
 
 
-@claim(LAB, "Here is what each missing piece costs, with the messages of torch 2.14.1")
+@claim(LAB, "Here is what each missing piece costs, with the messages of torch 2.10 to 2.15")
 def test_the_messages_of_each_missing_piece():
     with pytest.raises(RuntimeError, match="it must override the setup_context staticmethod"):
         torch.func.grad(lambda t: DoubleOldStyle.apply(t).sum())(X)
@@ -618,7 +617,6 @@ def test_the_messages_of_each_missing_piece():
         ),
     ):
         torch.func.jvp(no_jvp.apply, (X,), (V,))
-    assert torch.__version__.startswith("2.14.1")
 
 
 @claim(LAB, "`backward(ctx, grad_output)` as before (for `grad`, `vjp`, `jacrev`)")
