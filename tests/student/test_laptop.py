@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -38,9 +39,9 @@ def python312() -> str | None:
 def readme_pip_line() -> list[str]:
     """The packages of the README's laptop install line."""
     text = (REPO / "README.md").read_text()
-    line = re.search(r"^pip install (torch torchvision [^\n`]+)$", text, re.M)
+    line = re.search(r'^pip install ((?:"torch[^"\n]*"|torch) torchvision [^\n`]+)$', text, re.M)
     assert line, "README.md has no laptop line `pip install torch torchvision ...`"
-    return line.group(1).split()
+    return shlex.split(line.group(1))  # "torch>=2.10,<2.16": the range, quoted for the shell
 
 
 @pytest.fixture(scope="module")
