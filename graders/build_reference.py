@@ -33,6 +33,7 @@ def reference_run(
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError
 
     nb = nbformat.read(solution, as_version=4)
     with tempfile.TemporaryDirectory(prefix="reference-") as tmp:
@@ -43,11 +44,20 @@ def reference_run(
             nb, km=km, timeout=timeout, resources={"metadata": {"path": str(work)}},
             allow_errors=True,
         )  # fmt: skip
+        running: list[int] = []  # the index of the cell that runs, for a sentence
+        client.on_cell_start = lambda cell, cell_index: running.append(cell_index)
         env = dict(os.environ, NBGRADER_EXECUTION="autograde", PYTHONPATH=str(KERNEL_SIDE))
         if threads:
             env["OMP_NUM_THREADS"] = str(threads)
         try:
             client.execute(env=env)
+        except CellTimeoutError:  # an endless loop, as in nbgrader's own test notebooks
+            raise RuntimeError(
+                f"{solution}: cell {running[-1] if running else '?'} of the notebook ran past "
+                f"{timeout} s "
+                "when `make build` ran it for its reference (an endless loop?); every notebook "
+                "of an assignment runs once, top to bottom, in a fresh kernel"
+            ) from None
         finally:  # the client does not stop a kernel it was handed
             run_sync(km.shutdown_kernel)(now=True)
     for _, cell in test_cells(nb):

@@ -81,3 +81,19 @@ def test_each_code_cell_of_the_solution_is_timed_under_grading_conditions(tmp_pa
     assert 0.5 <= cells[0]["seconds"] < 10 and 0 <= cells[1]["seconds"] < cells[0]["seconds"]
     executed = nbformat.read(solution, as_version=4)  # unchanged on disk; the run's own copy
     assert executed.cells[1].outputs == []
+
+
+def test_a_notebook_that_never_ends_stops_the_build_with_a_sentence(tmp_path):
+    """nbgrader's own infinite-loop.ipynb as an assignment's notebook: its reference run stops
+    at the time limit with a sentence naming the notebook and the cell (plain nbgrader's
+    generate_assignment never runs it; make build runs every notebook once)."""
+    import pytest
+
+    from graders.build_reference import reference_run
+
+    nb = new_notebook(cells=[new_code_cell("x = 1"), new_code_cell("while True:\n    pass")])
+    solution = tmp_path / "loop.ipynb"
+    nbformat.write(nb, solution)
+    with pytest.raises(RuntimeError) as raised:
+        reference_run(solution, timeout=2)
+    assert str(raised.value).startswith(f"{solution}: cell 1 of the notebook ran past 2 s")
