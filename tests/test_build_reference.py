@@ -23,7 +23,7 @@ def test_the_reference_is_made_again_when_the_recorder_changes(tmp_path, monkeyp
     monkeypatch.setattr(
         build_reference,
         "reference_run",
-        lambda solution, threads: runs.append(1) or ({"t": []}, [TIMED]),
+        lambda solution, threads, strict=True: runs.append(1) or ({"t": []}, [TIMED]),
     )
     solution, cache = tmp_path / "lab.ipynb", tmp_path / "reference" / "lab.json"
     solution.write_text("{}")
@@ -45,7 +45,7 @@ def test_a_reference_of_the_older_format_is_made_again(tmp_path, monkeypatch):
     monkeypatch.setattr(
         build_reference,
         "reference_run",
-        lambda solution, threads: runs.append(1) or ({"t": []}, cells),
+        lambda solution, threads, strict=True: runs.append(1) or ({"t": []}, cells),
     )
     solution, cache = tmp_path / "lab.ipynb", tmp_path / "reference" / "lab.json"
     solution.write_text("{}")
@@ -97,3 +97,24 @@ def test_a_notebook_that_never_ends_stops_the_build_with_a_sentence(tmp_path):
     with pytest.raises(RuntimeError) as raised:
         reference_run(solution, timeout=2)
     assert str(raised.value).startswith(f"{solution}: cell 1 of the notebook ran past 2 s")
+
+
+def test_an_instructors_notebook_whose_solution_fails_a_check_is_kept_with_a_note(tmp_path, capsys):
+    """nbgrader's own tests use sources whose solution is still a stub (submitted-unchanged):
+    plain nbgrader releases and grades them, so an instructor's notebook like it is run for
+    its cell times and said, not refused (a lab of the course still is: `strict`)."""
+    import pytest
+
+    from graders.build_reference import reference_run
+
+    check = new_code_cell("assert a == 1")
+    check.metadata["nbgrader"] = dict(grade=True, grade_id="bar", points=1, solution=False,
+                                      locked=True, schema_version=3)  # fmt: skip
+    nb = new_notebook(cells=[new_code_cell("raise NotImplementedError()"), check])
+    solution = tmp_path / "p1.ipynb"
+    nbformat.write(nb, solution)
+    observed, cells = reference_run(solution, timeout=60, strict=False)
+    assert observed == {"bar": []} and len(cells) == 2
+    assert "the solution fails its own test cell 'bar': NameError" in capsys.readouterr().err
+    with pytest.raises(RuntimeError, match="fails its own test cell 'bar'"):
+        reference_run(solution, timeout=60)
