@@ -201,7 +201,7 @@ def graded(tmp_path_factory):
 
     mark = time.monotonic()
     runs["make autograde"] = subprocess.run(
-        [sys.executable, "-m", "graders.grade", "--root", str(again), "--workers", "2"],
+        [sys.executable, "-m", "graders.grade", "--root", str(again), "--workers", "1"],
         cwd=REPO,
         env=nbgrader_env(),
         capture_output=True,
