@@ -51,7 +51,8 @@ def main() -> int:
         (complete,) = [s for s in declared_class(lab) if s.name == "complete"]
         nb = student_notebook(complete, release, source_notebook(lab))
         course = course_inputs(root, [lab], assignments_only(root / "gradebook.db", root / "l.db"))
-        job = {"lab": lab, "notebook": nbformat.writes(nb), "timestamp": None, "feedback": True}
+        notebooks = {lab: nbformat.writes(nb)}
+        job = {"lab": lab, "notebooks": notebooks, "timestamp": None, "feedback": True}
         start = time.monotonic()
         result = run(course, job)
         print(f"one task ({lab}, complete): {time.monotonic() - start:.1f} s, ok={result['ok']}")

@@ -235,7 +235,11 @@ def main(argv: list[str] | None = None) -> int:
         from graders.build_reference import prepare_references
 
         start = time.monotonic()
-        prepare_references(REPO, args.labs or everything)
+        try:
+            prepare_references(REPO, args.labs or everything)
+        except RuntimeError as error:  # the instructor's notebook: a sentence, no traceback
+            print(f"make build: {error}", file=sys.stderr)
+            return 2
         print(f"reference observations in build/reference/ ({time.monotonic() - start:.0f} s)")
     return 0
 

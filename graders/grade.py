@@ -1,9 +1,13 @@
 """Grade a class: submitted/<student>/<lab>/<lab>.ipynb -> gradebook, feedback/, grades.csv.
 
+An instructor's own assignment (assignments/<name>/, released by `make build` into
+labs/<name>/ with any number of notebooks and the files and folders beside them) takes the
+same path as the labs, each of its notebooks where a lab has its one.
+
 nbgrader does the grading; this module is the path a hand-in takes around it:
 
 1. **intake** (graders/intake.py): every folder under submitted/ is looked at, and from each
-   hand-in only the notebook's bytes (a regular file, never a link) and nbgrader's
+   hand-in only the released notebooks' bytes (regular files, never a link) and nbgrader's
    timestamp.txt are taken; what cannot be graded is reported by path (a known student's
    lab is recorded as 0), and the rest of the class is graded;
 2. **task** (graders/task.py): each hand-in is graded by nbgrader's own autograde and
@@ -66,8 +70,10 @@ from graders.wire import Job, Result
 
 def _intake(root: Path, labs: list[str], students: list[str] | None, run: ClassRun) -> list[HandIn]:
     """The hand-ins to grade (graders/intake.py); what cannot be graded goes to `run.problems`
-    (a known student's lab recorded as 0), files beside a notebook to `run.notes`."""
-    hand_ins, problems = intake.discover(root, labs)
+    (a known student's lab recorded as 0; a notebook of several that cannot be read: that
+    notebook 0), files beside a notebook to `run.notes`."""
+    names = {lab: inputs.released_notebooks(root, lab) for lab in labs}
+    hand_ins, problems = intake.discover(root, labs, names)
     if students:
         hand_ins = [h for h in hand_ins if h.student in students]
         problems = [p for p in problems if p.student in students]
@@ -82,6 +88,8 @@ def _intake(root: Path, labs: list[str], students: list[str] | None, run: ClassR
             except Exception as error:  # noqa: BLE001 - one hand-in never stops the class
                 problem.reason += f"; could not be recorded ({type(error).__name__})"
     for hand_in in hand_ins:
+        for why in hand_in.left_out:  # graded 0, as nbgrader grades a notebook not handed in
+            problems.append(Problem(hand_in.where, f"{why}; that notebook graded 0"))
         if hand_in.ignored:
             shown = ", ".join(hand_in.ignored[:5]) + (" ..." if len(hand_in.ignored) > 5 else "")
             run.notes.append(
@@ -95,7 +103,7 @@ def _jobs(hand_ins: list[HandIn], cell_timeout, budget_s: float | None, feedback
     for h in hand_ins:
         job = Job(
             lab=h.lab,
-            notebook=h.notebook.decode("utf-8"),
+            notebooks={name: data.decode("utf-8") for name, data in h.notebooks.items()},
             timestamp=h.timestamp,
             cell_timeout=cell_timeout,
             budget_s=budget_s,
@@ -117,20 +125,12 @@ def grade_class(
     scheduler: str | None = None,
 ) -> ClassRun:
     root = Path(root).resolve()  # a task graded here changes the working folder meanwhile
-    labs = labs or LABS + own_assignments_built(root)
-    own = [a for a in labs if a not in LABS]  # an instructor's own: nbgrader's autograde
-    labs = [a for a in labs if a in LABS]
+    labs = labs or LABS + own_assignments_built(root)  # an instructor's own: graded alike
     workers = workers or os.cpu_count() or 1
     run = ClassRun(started_at=time.time())
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     start = time.monotonic()
     book, scheduler = _where_to_grade(root, scheduler, say)
-    if own:
-        prepare_references(root, own, workers)
-        for assignment in own:
-            grade_own(root, assignment, students, run, feedback, say)
-    if not labs:
-        return _finish(root, run, feedback, own, None, start)
     hand_ins = _intake(root, labs, students, run)
     labs_graded = sorted({h.lab for h in hand_ins})
     local = None
@@ -170,7 +170,7 @@ def grade_class(
     finally:
         if local is not None:  # stopped before the tasks ran (Ctrl-C, a missing solution)
             ending = local.close()
-    return _finish(root, run, feedback, labs + own, ending, start)
+    return _finish(root, run, feedback, labs, ending, start)
 
 
 def _finish(root: Path, run: ClassRun, feedback: bool, labs: list[str], ending, start) -> ClassRun:
@@ -193,42 +193,6 @@ def own_assignments_built(root: Path) -> list[str]:
     if not source.is_dir():
         return []
     return sorted(p.name for p in source.iterdir() if p.name not in LABS and notebooks(p))
-
-
-def grade_own(root: Path, assignment: str, students, run: ClassRun, feedback: bool, say) -> None:
-    """An instructor's own assignment (any notebooks, files beside them): each hand-in by
-    nbgrader's own autograde and generate_feedback in the course, with the course's steps
-    (the sandbox, its released files and budgets per notebook, the judge), one hand-in at a
-    time. A hand-in nbgrader cannot grade is recorded as 0, flagged and listed with nbgrader's
-    reason; the others are graded."""
-    from graders.nbgrader_cli import make_api_factory, this_python_first
-    from graders.task import failure_reason
-
-    api = make_api_factory(REPO / "nbgrader_config.py")(str(root), {})
-    submitted = root / "submitted"
-    found = sorted(
-        p.parent.name
-        for p in submitted.glob(f"*/{assignment}")
-        if p.is_dir() and not p.is_symlink() and not p.parent.is_symlink()
-    )
-    for student in [s for s in found if students is None or s in students]:
-        where = f"submitted/{student}/{assignment}"
-        say(f"grading {where} (nbgrader autograde)")
-        mark = time.monotonic()
-        with this_python_first():
-            done = api.autograde(assignment, student, force=True, create=True)
-        graded = done.get("success") and (root / "autograded" / student / assignment).is_dir()
-        if not graded:
-            reason = failure_reason(str(done.get("log", "")) + "\n" + str(done.get("error", "")))
-            run.problems.append(Problem(where, f"{reason}; recorded as 0"))
-            merge.record_failure(root, student, assignment)
-        elif feedback:
-            with this_python_first():
-                made = api.generate_feedback(assignment, student, force=True)
-            if not made.get("success"):
-                run.problems.append(Problem(where, "nbgrader generate_feedback failed"))
-        run.graded += bool(graded)
-        run.timings[(student, assignment)] = {"execution": time.monotonic() - mark}
 
 
 def _where_to_grade(root: Path, scheduler: str | None, say) -> tuple[Path, str | None]:

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from graders import gradebook, gradelog, references
-from graders.course import REPO
+from graders.course import LABS, REPO, lab_source, notebooks
 from graders.intake import HandIn
 from graders.wire import Course
 
@@ -20,20 +20,71 @@ def _sha(data: bytes | str) -> str:
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
 
 
+def released_notebooks(root: Path, lab: str) -> list[str]:
+    """The notebooks released of `lab` (labs/<lab>/*.ipynb), by name: a lab's one, an
+    instructor's assignment's every one."""
+    return notebooks(root / "labs" / lab) or [lab]
+
+
+NOT_RELEASED = ("__pycache__", ".ipynb_checkpoints", "feedback")  # CourseDirectory.ignore
+
+
+def released_files(folder: Path) -> dict[str, bytes]:
+    """The files and folders released beside an assignment's notebooks, as every kernel of it
+    gets them (read-only, in its working folder): each regular file by its path in `folder`
+    ("data.txt", "data/train.csv"), folders at any depth. Left out, as plain nbgrader's
+    autograde leaves them out when it copies the source's files beside a hand-in: notebooks,
+    caches and what CourseDirectory.ignore names; and every link (never followed)."""
+    found: dict[str, bytes] = {}
+
+    def walk(here: Path, parts: tuple[str, ...]) -> None:
+        for entry in sorted(here.iterdir()):
+            name = entry.name
+            if name in NOT_RELEASED or name.endswith((".ipynb", ".pyc")) or entry.is_symlink():
+                continue
+            if entry.is_dir():
+                walk(entry, (*parts, name))
+            elif entry.is_file():
+                found["/".join((*parts, name))] = entry.read_bytes()
+
+    if folder.is_dir():
+        walk(folder, ())
+    return found
+
+
+def release_files(root: Path, lab: str) -> dict[str, bytes]:
+    """`released_files` of labs/<lab>/: for a lab of the course, only what `make build`
+    released beside it (solutions/<lab>/files/), never what running the lab in the
+    repository left there (lab 5's downloaded data/); for an instructor's assignment,
+    everything released with it."""
+    if lab not in LABS:
+        return released_files(root / "labs" / lab)
+    found = {}
+    for name in released_files(lab_source(lab).parent / "files"):
+        path, parts = root / "labs" / lab, name.split("/")
+        for part in parts:
+            path = path / part
+            if path.is_symlink():
+                break
+        else:
+            if path.is_file():
+                found[name] = path.read_bytes()
+    return found
+
+
 def course_inputs(root: Path, labs: list[str], labs_only: Path) -> Course:
-    """What every task of the class shares, as data (no shared file system is assumed)."""
+    """What every task of the class shares, as data (no shared file system is assumed): by
+    assignment, each released notebook, its reference records and times, and the files and
+    folders released with it."""
     where = references.folder(root)
-    observed = {lab: references.observations(references.path(where, lab)) for lab in labs}
-    timings = {lab: _timing(references.path(where, lab)) for lab in labs}
-    releases, files = {}, {}
+    observed, timings, releases, files = {}, {}, {}, {}
     for lab in labs:
         folder = root / "labs" / lab
-        releases[lab] = (folder / f"{lab}.ipynb").read_text(encoding="utf-8")
-        files[lab] = {
-            p.name: p.read_bytes()
-            for p in sorted(folder.iterdir())
-            if p.is_file() and not p.is_symlink() and p.suffix != ".ipynb"
-        }
+        names = released_notebooks(root, lab)
+        releases[lab] = {n: (folder / f"{n}.ipynb").read_text(encoding="utf-8") for n in names}
+        observed[lab] = {n: references.observations(references.path(where, lab, n)) for n in names}
+        timings[lab] = {n: _timing(references.path(where, lab, n)) for n in names}
+        files[lab] = release_files(root, lab)
     return Course(
         config=(REPO / "nbgrader_config.py").read_text(),
         gradebook=labs_only.read_bytes(),
@@ -65,10 +116,19 @@ def longest_first(hand_ins: list[HandIn], root: Path) -> list[HandIn]:
 
 
 def hand_in_key(hand_in: HandIn, course: Course) -> str:
-    """What a grade depends on: the notebook, the release and the reference records."""
+    """What a grade depends on: the notebooks, the release (its notebooks and files) and the
+    reference records."""
     lab = hand_in.lab
-    made_of = [hand_in.notebook, hand_in.timestamp or "", course["releases"][lab]]
-    made_of.append(json.dumps(course["references"][lab], sort_keys=True))
+    released, observed = course["releases"][lab], course["references"][lab]
+    single = list(released) == [lab]  # a lab: its key as it was before assignments had more
+    made_of = [hand_in.notebooks[n] for n in sorted(hand_in.notebooks)]
+    made_of += [hand_in.timestamp or "", *(released[n] for n in sorted(released))]
+    made_of.append(json.dumps(observed[lab] if single else observed, sort_keys=True))
+    if not single:  # which notebook each is
+        made_of.append(json.dumps(sorted(hand_in.notebooks)))
+    files = course.get("files", {}).get(lab) or {}
+    if files:
+        made_of += [f"{name}\0{_sha(data)}" for name, data in sorted(files.items())]
     return _sha("\n".join(_sha(part) for part in made_of))
 
 
@@ -99,15 +159,16 @@ def expected_count(root: Path, hand_ins: list[HandIn], labs: list[str], force: b
         return len(hand_ins)
     try:
         where = references.folder(root)
-        course = {
-            "releases": {
-                lab: (root / "labs" / lab / f"{lab}.ipynb").read_text(encoding="utf-8")
-                for lab in labs
-            },
-            "references": {
-                lab: references.observations(references.path(where, lab)) for lab in labs
-            },
-        }
+        course = {"releases": {}, "references": {}, "files": {}}
+        for lab in labs:
+            folder, names = root / "labs" / lab, released_notebooks(root, lab)
+            course["releases"][lab] = {
+                n: (folder / f"{n}.ipynb").read_text(encoding="utf-8") for n in names
+            }
+            course["references"][lab] = {
+                n: references.observations(references.path(where, lab, n)) for n in names
+            }
+            course["files"][lab] = release_files(root, lab)
         keys = {(h.student, h.lab): hand_in_key(h, course) for h in hand_ins}
         return len(not_graded_yet(root, hand_ins, keys, labs))
     except Exception:  # noqa: BLE001 - missing or damaged: the references step remakes them

@@ -1,9 +1,10 @@
 """Intake: find the hand-ins under submitted/<student>/<lab>/ and take from each only what
 grading needs, as bytes, without trusting the folder.
 
-From a hand-in folder only two files are read: the notebook (a regular file, never through a
-link, at most MAX_NOTEBOOK_BYTES) and nbgrader's timestamp.txt (when the student handed in;
-late submissions keep their meaning). Both are opened without following links and without
+From a hand-in folder only the notebooks of the release are read (a lab's one, named after
+it; each notebook an instructor's own assignment released; each a regular file, never
+through a link, at most MAX_NOTEBOOK_BYTES) and nbgrader's timestamp.txt (when the student
+handed in; late submissions keep their meaning). Both are opened without following links and without
 blocking (a named pipe is refused, not waited on). Every other entry is counted and
 ignored, never copied, opened or followed. Whatever a folder holds, intake answers with a
 `HandIn` or a `Problem` that names the path and says what is wrong; it never raises.
@@ -36,11 +37,20 @@ class Problem:
 class HandIn:
     student: str  # the folder's name, as it is (any characters)
     lab: str
-    notebook: bytes
+    notebook: bytes  # the notebook named after the lab (a lab's only one)
     timestamp: str | None = None
     ignored: list[str] = field(default_factory=list)  # other entries of the folder
     where: str = ""  # submitted/<student>/<lab>, for messages
     intake_s: float = 0.0  # seconds intake took on it
+    # every notebook read, by name (an assignment of several notebooks); {lab: notebook} else
+    notebooks: dict[str, bytes] = field(default_factory=dict)
+    # the release's notebooks that could not be read, each with why: graded 0 (as nbgrader
+    # grades a notebook missing from a hand-in), the others graded
+    left_out: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.notebooks:
+            self.notebooks = {self.lab: self.notebook}
 
 
 class Refused(Exception):
@@ -124,31 +134,51 @@ def _real_folder(entry: os.DirEntry) -> bool:
         return False
 
 
-def take(student: str, lab: str, folder: Path, where: str) -> HandIn | Problem:
-    """One hand-in folder -> the notebook's bytes and timestamp, or why it cannot be graded."""
+def take(
+    student: str, lab: str, folder: Path, where: str, names: list[str] | None = None
+) -> HandIn | Problem:
+    """One hand-in folder -> the notebooks' bytes and timestamp, or why it cannot be graded.
+    `names`: the notebooks released (default: the one named after the lab)."""
     started = time.monotonic()
-    result = _take(student, lab, folder, where)
+    result = _take(student, lab, folder, where, names or [lab])
     if isinstance(result, HandIn):
         result.intake_s = time.monotonic() - started
     return result
 
 
-def _take(student: str, lab: str, folder: Path, where: str) -> HandIn | Problem:
-    name = f"{lab}.ipynb"
+def _found(folder: Path) -> str:
+    try:
+        found = [e.name for e in _entries(folder) if e.name.endswith(".ipynb")]
+    except OSError:
+        found = []
+    return ", ".join(found) or "no notebook"
+
+
+def _notebook(folder: Path, name: str) -> bytes | str:
+    """The bytes of folder/name if it can be graded as a notebook, else why not."""
     try:
         data = read_regular(folder / name, MAX_NOTEBOOK_BYTES)
     except Refused as why:
-        if str(why) == "missing":
-            try:
-                found = [e.name for e in _entries(folder) if e.name.endswith(".ipynb")]
-            except OSError:
-                found = []
-            found_text = ", ".join(found) or "no notebook"
-            return Problem(where, f"expected {name}, found {found_text}", student, lab)
-        return Problem(f"{where}/{name}", f"the notebook is {why}", student, lab)
-    reason = notebook_problem(data)
-    if reason:
-        return Problem(f"{where}/{name}", reason, student, lab)
+        return "missing" if str(why) == "missing" else f"the notebook is {why}"
+    return notebook_problem(data) or data
+
+
+def _take(student: str, lab: str, folder: Path, where: str, names: list[str]) -> HandIn | Problem:
+    files = [f"{name}.ipynb" for name in names]
+    got, left_out = {}, []
+    for name, file in zip(names, files, strict=True):
+        data = _notebook(folder, file)
+        if isinstance(data, bytes):
+            got[name] = data
+        elif len(names) == 1 and data == "missing":
+            return Problem(where, f"expected {file}, found {_found(folder)}", student, lab)
+        elif len(names) == 1:
+            return Problem(f"{where}/{file}", data, student, lab)
+        else:  # one notebook of several: that notebook only is graded 0
+            left_out.append(f"{file}: {'not handed in' if data == 'missing' else data}")
+    if not got:
+        expected = ", ".join(files)
+        return Problem(where, f"expected {expected}, found {_found(folder)}", student, lab)
     timestamp, ignored = None, []
     stamp = folder / "timestamp.txt"  # by name: however many files are beside it
     if stamp.exists() or stamp.is_symlink():
@@ -159,15 +189,20 @@ def _take(student: str, lab: str, folder: Path, where: str) -> HandIn | Problem:
         if timestamp is None:
             ignored.append("timestamp.txt (not a timestamp nbgrader can read)")
     try:
-        others = [e.name for e in _entries(folder) if e.name not in (name, "timestamp.txt")]
+        others = [e.name for e in _entries(folder) if e.name not in (*files, "timestamp.txt")]
     except OSError:
         others = []
     ignored = sorted(ignored + others)  # in the folder's order, timestamp.txt's note in place
-    return HandIn(student, lab, data, timestamp, ignored, where)
+    first = got.get(lab, next(iter(got.values())))
+    return HandIn(student, lab, first, timestamp, ignored, where, notebooks=got, left_out=left_out)
 
 
-def discover(root: Path, labs: list[str]) -> tuple[list[HandIn], list[Problem]]:
-    """Every gradable hand-in under root/submitted, and a problem for everything else."""
+def discover(
+    root: Path, labs: list[str], names: dict[str, list[str]] | None = None
+) -> tuple[list[HandIn], list[Problem]]:
+    """Every gradable hand-in under root/submitted, and a problem for everything else.
+    `names`: each assignment's released notebooks (default: a lab's one, named after it)."""
+    names = names or {}
     submitted = root / "submitted"
     found: list[HandIn] = []
     problems: list[Problem] = []
@@ -201,7 +236,7 @@ def discover(root: Path, labs: list[str]) -> tuple[list[HandIn], list[Problem]]:
                 reason = f"{what} where a lab folder belongs (not followed)"
                 problems.append(Problem(lab_where, reason, student.name, lab))
                 continue
-            result = take(student.name, lab, lab_folder, lab_where)
+            result = take(student.name, lab, lab_folder, lab_where, names.get(lab))
             (found if isinstance(result, HandIn) else problems).append(result)
         try:
             entries = _entries(folder)

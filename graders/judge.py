@@ -309,8 +309,9 @@ class JudgeRecords(NbGraderPreprocessor):
         source = source / f"{notebook}.ipynb"
         if source.is_file():  # plain nbgrader in the repository: made again if stale
             from graders.build_reference import cached_reference
+            from graders.course import LABS
 
-            return cached_reference(source, file)
+            return cached_reference(source, file, strict=lab in LABS)
         try:  # no source notebook here: the records made with it, as they are
             return references.observations(file)
         except (OSError, ValueError, KeyError) as error:

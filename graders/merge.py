@@ -77,9 +77,10 @@ def merge(root: Path, student: str, lab: str, result: Result) -> None:
                 grade.needs_manual_grade = got["needs_manual_grade"]
             for comment in nb.comments:
                 comment.auto_comment = graded.get("comments", {}).get(comment.name)
-    write_file(root, "autograded", student, lab, f"{lab}.ipynb", result["autograded"].encode())
-    if result.get("feedback") is not None:
-        write_file(root, "feedback", student, lab, f"{lab}.html", result["feedback"].encode())
+    for name, text in result["autograded"].items():
+        write_file(root, "autograded", student, lab, f"{name}.ipynb", text.encode())
+    for name, html in (result.get("feedback") or {}).items():
+        write_file(root, "feedback", student, lab, f"{name}.html", html.encode())
 
 
 def record_failure(root: Path, student: str, lab: str) -> None:

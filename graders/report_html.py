@@ -74,8 +74,14 @@ def href(course: ClassData, out: Path, *parts: str) -> str | None:
 
 
 def feedback_href(course: ClassData, out: Path, student: str, lab: str) -> str | None:
-    """feedback/<student>/<lab>/<lab>.html, relative to the report, or None."""
-    return href(course, out, "feedback", student, lab, f"{lab}.html")
+    """feedback/<student>/<lab>/<lab>.html, relative to the report, or None; for an
+    assignment of several notebooks (none named after it), its first notebook's page."""
+    found = href(course, out, "feedback", student, lab, f"{lab}.html")
+    folder = course.root / "feedback" / student / lab
+    if found is None and folder.is_dir() and not folder.is_symlink():
+        pages = sorted(p.name for p in folder.glob("*.html") if p.is_file())
+        found = href(course, out, "feedback", student, lab, pages[0]) if pages else None
+    return found
 
 
 def write_csv(path: Path, header: list[str], rows: list[list]) -> Path:

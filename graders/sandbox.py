@@ -160,9 +160,10 @@ class SandboxedExecute(Execute):
         source = source / f"{notebook}.ipynb"
         if not self.reference_dir and source.is_file():  # plain nbgrader in the repository
             from graders.build_reference import cached_reference
+            from graders.course import LABS
 
             try:
-                cached_reference(source, file)
+                cached_reference(source, file, strict=lab in LABS)
             except Exception as error:  # noqa: BLE001 - the judge says it again, in full
                 return None, f"its reference could not be made ({error})"
         timed = references.timing(file)

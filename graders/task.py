@@ -1,8 +1,10 @@
 """One grading task: a hand-in's bytes in, its grades, graded notebook and feedback out.
 
-`grade` runs nbgrader's own autograde and generate_feedback on one notebook, in a scratch
-course made for it (a copy of the class's assignment-only gradebook, the notebook restored
-to the release's nbgrader metadata, nbgrader's timestamp.txt when there is one). nbgrader sees
+`grade` runs nbgrader's own autograde and generate_feedback on one hand-in (a lab's notebook,
+or every notebook of an instructor's assignment it holds), in a scratch course made for it
+(a copy of the class's assignment-only gradebook, each notebook restored to its release's
+nbgrader metadata, nbgrader's timestamp.txt when there is one; the files and folders
+released with the assignment, which the sandbox puts read-only beside the notebook). nbgrader sees
 the student as ``student``, whatever the real folder's name is (spaces, glob characters, a
 leading dash...); the grader's side puts the real name back when it merges.
 
@@ -218,14 +220,16 @@ def run(course: Course, job: wire.Job) -> Result:
         (scratch / "nbgrader_config.py").write_text(course["config"])
         (scratch / "labs.db").write_bytes(course["gradebook"])
         where = scratch / "reference"
-        timed = course.get("timings", {}).get(lab) or {}  # the per-lab time budgets' source
-        references.write(
-            references.path(where, lab), {"observations": course["references"][lab], **timed}
-        )
+        timed = course.get("timings", {}).get(lab) or {}  # the per-notebook budgets' source
+        for name, observed in course["references"][lab].items():
+            references.write(
+                references.path(where, lab, name),
+                {"observations": observed, **(timed.get(name) or {})},
+            )
         files = scratch / "files"
         files.mkdir()
         for name, data in course.get("files", {}).get(lab, {}).items():
-            (files / Path(name).name).write_bytes(data)
+            write_released(files, name, data)
         from graders.course import prepare_data  # the worker's own copy of the data
 
         data = prepare_data([lab]).get("COURSE_DATA_ROOT")
@@ -235,7 +239,7 @@ def run(course: Course, job: wire.Job) -> Result:
             reference_dir=str(where),
             files=sorted(str(p) for p in files.iterdir()),
             data_root=data,
-            release=course["releases"][lab],
+            releases=course["releases"][lab],
             scratch_root=str(scratch),
         )
         result = grade(api_factory(scratch / "nbgrader_config.py", course["config"]), local)
@@ -245,6 +249,22 @@ def run(course: Course, job: wire.Job) -> Result:
         _drop_scratch(scratch, claim)
     result.setdefault("timings", {})["started_at"] = begun
     return result
+
+
+def write_released(folder: Path, name: str, data: bytes) -> Path:
+    """One released file (`name`: its path in the release folder, "data/train.csv") under
+    `folder`, readable by every kernel; a path that would leave `folder` raises ValueError."""
+    parts = name.split("/")
+    if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"{name!r} is not a path inside an assignment's release")
+    target = folder.joinpath(*parts)
+    for parent in reversed(target.parents):
+        if folder in parent.parents and not parent.is_dir():
+            parent.mkdir()
+            parent.chmod(0o755)
+    target.write_bytes(data)
+    target.chmod(0o644)
+    return target
 
 
 _FACTORIES: dict[str, object] = {}
@@ -263,11 +283,12 @@ def _scratch_course(scratch: Path, job: LocalJob) -> tuple[dict, Path]:
     release's metadata (and its timestamp), the gradebook, the kernelspec and the runtime
     folder. The nbgrader configuration changes that name them, and the events file."""
     lab = job["lab"]
-    release = nbformat.reads(job["release"], as_version=4)
-    nb = restore_metadata(nbformat.reads(job["notebook"], as_version=4), release)
     folder = scratch / "submitted" / NEUTRAL_ID / lab
     folder.mkdir(parents=True)
-    nbformat.write(nb, folder / f"{lab}.ipynb")
+    for name, text in job["notebooks"].items():  # those of the release (graders/intake.py)
+        release = nbformat.reads(job["releases"][name], as_version=4)
+        nb = restore_metadata(nbformat.reads(text, as_version=4), release)
+        nbformat.write(nb, folder / f"{name}.ipynb")
     if job.get("timestamp"):
         (folder / "timestamp.txt").write_text(job["timestamp"])
     shutil.copyfile(job["gradebook"], gradebook.of(scratch))
@@ -321,34 +342,43 @@ def _autograde(api, scratch: Path, job: LocalJob, events: Path, result: Result) 
     if kernel_up is not None:  # when (epoch) its kernel was up: the class run's first kernel
         timings["kernel_up_at"] = kernel_up
     log = str(answer.get("log", "")) + "\n" + str(answer.get("error", ""))
-    graded_path = scratch / "autograded" / NEUTRAL_ID / lab / f"{lab}.ipynb"
-    if not answer.get("success") or not graded_path.is_file():
+    graded_folder = scratch / "autograded" / NEUTRAL_ID / lab
+    paths = {name: graded_folder / f"{name}.ipynb" for name in job["notebooks"]}
+    if not answer.get("success") or not all(p.is_file() for p in paths.values()):
         if events.is_file():
             result["reason"] = f"stopped after {wire.kill_reason(events)}"
         else:
             result["reason"] = failure_reason(log)
         return False
-    graded_text = graded_path.read_text(encoding="utf-8")
-    result["verdicts"] = verdicts(nbformat.reads(graded_text, as_version=4))
+    single = len(job["releases"]) == 1  # the class report's names of test cells
+    result["autograded"], result["verdicts"] = {}, {}
+    for name, path in paths.items():
+        text = result["autograded"][name] = path.read_text(encoding="utf-8")
+        for grade_id, verdict in verdicts(nbformat.reads(text, as_version=4)).items():
+            result["verdicts"][grade_id if single else f"{name}/{grade_id}"] = verdict
     result["scores"] = _scores(gradebook.of(scratch), lab)
-    result["autograded"] = graded_text
     result["ok"] = True
     return True
 
 
 def _feedback(api, scratch: Path, lab: str, result: Result) -> None:
-    """nbgrader generate_feedback: the page (capped), or why there is none."""
+    """nbgrader generate_feedback: a page for each graded notebook (capped), or why not."""
     mark = time.monotonic()
     feedback = api.generate_feedback(lab, NEUTRAL_ID, force=True)
-    page = scratch / "feedback" / NEUTRAL_ID / lab / f"{lab}.html"
     result["timings"]["feedback"] = time.monotonic() - mark
-    if feedback.get("success") and page.is_file():
+    pages = {
+        name: scratch / "feedback" / NEUTRAL_ID / lab / f"{name}.html"
+        for name in result["autograded"]
+    }
+    if not feedback.get("success") or not all(p.is_file() for p in pages.values()):
+        result["feedback_problem"] = "nbgrader generate_feedback did not write it"
+        return
+    result["feedback"] = {}
+    for name, page in pages.items():
         html = page.read_bytes()
         if len(html) > MAX_FEEDBACK_BYTES:
             html = TOO_BIG_FEEDBACK.format(limit=MAX_FEEDBACK_BYTES // 2**20).encode()
-        result["feedback"] = html.decode("utf-8", "replace")
-    else:
-        result["feedback_problem"] = "nbgrader generate_feedback did not write it"
+        result["feedback"][name] = html.decode("utf-8", "replace")
 
 
 def grade(api_for, job: LocalJob) -> Result:

@@ -21,17 +21,22 @@ from graders.records import Observations
 
 
 class Course(TypedDict):
+    """By assignment (a lab, or an instructor's own), then by notebook name (a lab has one,
+    named after it; an instructor's assignment any number)."""
+
     config: str  # nbgrader_config.py's text
     gradebook: bytes  # the assignments-only gradebook (no students)
-    references: dict[str, Observations]  # by lab: the solution's records
-    releases: dict[str, str]  # by lab: the released notebook's text
-    files: dict[str, dict[str, bytes]]  # by lab: the release's other files, by name
-    timings: NotRequired[dict[str, dict]]  # by lab: the solution's times (graders/budgets.py)
+    references: dict[str, dict[str, Observations]]  # the solution's records
+    releases: dict[str, dict[str, str]]  # the released notebooks' text
+    # the release's other files and folders: each regular file by its path in the release
+    # folder ("data.txt", "data/train.csv"), as bytes; never a link
+    files: dict[str, dict[str, bytes]]
+    timings: NotRequired[dict[str, dict[str, dict]]]  # the solution's times (graders/budgets.py)
 
 
 class Job(TypedDict):
-    lab: str
-    notebook: str  # the hand-in's notebook, text
+    lab: str  # the assignment
+    notebooks: dict[str, str]  # the hand-in's notebooks by name (those it holds), text
     timestamp: str | None  # nbgrader's timestamp.txt, when handed in with one
     cell_timeout: int | None  # seconds per cell, flat (None: the per-lab budgets)
     budget_s: float | None  # the whole notebook, flat (None: the per-lab budgets)
@@ -43,9 +48,9 @@ class LocalJob(Job, total=False):
 
     gradebook: str
     reference_dir: str
-    files: list[str]
+    files: list[str]  # the released files and folders, put in the kernel's working folder
     data_root: str | None
-    release: str
+    releases: dict[str, str]  # the released notebooks by name, text
     scratch_root: str
 
 
@@ -73,8 +78,8 @@ class Result(TypedDict, total=False):
     timings: dict[str, float]  # seconds by phase; started_at (epoch) until the grader reads it
     verdicts: dict[str, dict]  # by grade_id: graders.verdict.Verdict plus "cell" (its index)
     scores: Scores
-    autograded: str  # the graded notebook, text
-    feedback: str  # the feedback page, HTML
+    autograded: dict[str, str]  # the graded notebooks by name, text
+    feedback: dict[str, str]  # the feedback pages by notebook name, HTML
     feedback_problem: str  # why there is no feedback page
 
 

@@ -6,15 +6,26 @@ notebooks (``quiz``: ``test`` and ``open_relative_file`` with the ``data.txt`` i
 of ``test-no-metadata`` in place of ``test``), both shipped inside the installed nbgrader,
 are put in assignments/ of a scratch course, built by `graders.build` (as `make build`),
 and graded twice: by nbgrader's own command line in the course folder (autograde,
-generate_feedback, export) and by `make autograde` (graders.grade, in a copy of the built
-course). Every cell's score is compared with a plain nbgrader course (no course
-configuration) graded by the same nbgrader, and must be equal, the README's deliberate
-differences aside (none of which these notebooks meet: they write nothing to stderr in a
-test cell). One course, one run of each; slow (it grades hand-ins).
+generate_feedback, export) and by `make autograde` (graders.grade's class run: intake,
+neutral ids, the sandbox, the Dask engine; in a copy of the built course). Every cell's
+score is compared with a plain nbgrader course (no course configuration) graded by the same
+nbgrader through its API, and must be equal, the README's deliberate differences aside.
+
+The quiz also has a notebook of this test's own, ``deep``, whose check reads a file two folders
+down the release (``data/deep/values.txt``): released folders reach every kernel. A hostile
+hand-in (``forger``, graded in this course only) forges ``data.txt`` and that file, links
+``data/deep/link`` to /etc/hostname, hands in no ``test`` notebook, and its solution tries to
+pass the check by rewriting the released file: in a plain nbgrader course that write works
+(the course's deliberate difference: released files are read-only here).
+
+One course, one run of each (the plain course in this process, through nbgrader's API, as
+the course's runs are compared with it); `make report` and the formgrader's views read the
+class run's course. Slow (it grades hand-ins).
 """
 
 from __future__ import annotations
 
+import csv
 import shutil
 import subprocess
 import sys
@@ -27,7 +38,7 @@ import pytest
 
 from graders.build import build
 from graders.build_reference import prepare_references
-from graders.nbgrader_cli import nbgrader_env
+from graders.nbgrader_cli import make_api_factory, nbgrader_env, this_python_first
 from graders.overwrite import MALFORMED
 
 pytestmark = pytest.mark.slow
@@ -37,25 +48,71 @@ DOCS = NBG / "docs" / "source" / "user_guide"
 FILES = NBG / "tests" / "apps" / "files"
 REPO = Path(__file__).resolve().parent.parent
 ASSIGNMENTS = ["ps1", "quiz"]
+VALUES = "1 2 3\n"  # data/deep/values.txt, as released
+
+SOLUTION = """def total():
+    ### BEGIN SOLUTION
+    with open("data/deep/values.txt") as f:
+        return sum(int(x) for x in f.read().split())
+    ### END SOLUTION"""
+CHECK = '''with open("data/deep/values.txt") as f:
+    expected = sum(int(x) for x in f.read().split())
+assert total() == expected, "total() should be the sum of the numbers in data/deep/values.txt"'''
+# the hostile hand-in: a wrong answer, made "right" by rewriting the file the check reads
+CHEAT = """def total():
+    try:
+        with open("data/deep/values.txt", "w") as f:
+            f.write("99")
+    except OSError:
+        pass
+    return 99"""
+
+
+def deep_notebook(solution: str = SOLUTION) -> nbformat.NotebookNode:
+    def meta(grade_id, **kw):
+        return {"nbgrader": {"grade_id": grade_id, "schema_version": 3, **kw}}
+
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                solution, metadata=meta("total", grade=False, locked=False, solution=True)
+            ),
+            nbformat.v4.new_code_cell(
+                CHECK, metadata=meta("check_total", grade=True, locked=True, points=1,
+                                     solution=False)
+            ),
+        ]
+    )  # fmt: skip
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    return nb
 
 
 def own_assignments(own: Path) -> None:
     (own / "ps1").mkdir(parents=True)
     for name in ("problem1.ipynb", "problem2.ipynb", "jupyter.png"):
         shutil.copy(DOCS / "source" / "ps1" / name, own / "ps1" / name)
-    (own / "quiz").mkdir()
+    (own / "quiz" / "data" / "deep").mkdir(parents=True)
     for name in ("test.ipynb", "open_relative_file.ipynb", "data.txt", "jupyter.png"):
         shutil.copy(FILES / name, own / "quiz" / name)
+    nbformat.write(deep_notebook(), own / "quiz" / "deep.ipynb")
+    (own / "quiz" / "data" / "deep" / "values.txt").write_text(VALUES)
 
 
-def hand_ins(root: Path) -> None:
+def hand_ins(root: Path, own: Path, forger: bool) -> None:
     for student in ("bitdiddle", "hacker"):
         shutil.copytree(DOCS / "submitted" / student / "ps1", root / "submitted" / student / "ps1")
     for student, test in (("good", "test.ipynb"), ("nometa", "test-no-metadata.ipynb")):
         folder = root / "submitted" / student / "quiz"
-        folder.mkdir(parents=True)
+        shutil.copytree(own / "quiz", folder)  # the whole release, as students hand it in
         shutil.copy(FILES / test, folder / "test.ipynb")
-        shutil.copy(FILES / "open_relative_file.ipynb", folder / "open_relative_file.ipynb")
+    if forger:
+        folder = root / "submitted" / "forger" / "quiz"
+        (folder / "data" / "deep").mkdir(parents=True)
+        shutil.copy(FILES / "open_relative_file.ipynb", folder)
+        nbformat.write(deep_notebook(CHEAT), folder / "deep.ipynb")
+        (folder / "data.txt").write_text("forged: one line")  # the check wants 4 lines
+        (folder / "data" / "deep" / "values.txt").write_text("99")
+        (folder / "data" / "deep" / "link").symlink_to("/etc/hostname")
 
 
 def cli(root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -85,49 +142,66 @@ def cell_scores(root: Path) -> dict[tuple[str, str, str, str], float]:
     return found
 
 
+def plain_nbgrader(plain: Path) -> None:
+    """nbgrader alone, with no configuration (source/ as its documentation lays it out),
+    through its API in this process: what `nbgrader generate_assignment` and `nbgrader
+    autograde` do in a course folder whose nbgrader_config.py says nothing."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config import Config
+
+    config = Config()
+    config.CourseDirectory.root = str(plain)
+    api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+    with this_python_first():
+        for assignment in ASSIGNMENTS:
+            assert api.generate_assignment(assignment)["success"]
+            for student in sorted(p.parent.name for p in plain.glob(f"submitted/*/{assignment}")):
+                done = api.autograde(assignment, student)
+                assert done["success"], done.get("log")
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """The plain course, the course graded by nbgrader's command line, and by make autograde;
-    and the seconds each took."""
+    """The plain course, the course graded by nbgrader's command line, and by make autograde
+    (its output); and the seconds each took."""
     base = tmp_path_factory.mktemp("any-assignment")
-    own_assignments(base / "own")
+    own = base / "own"
+    own_assignments(own)
     seconds = {}
 
-    plain = base / "plain"  # nbgrader alone: source/ as its documentation lays it out
+    plain = base / "plain"
     (plain / "source").mkdir(parents=True)
     for assignment in ASSIGNMENTS:
-        shutil.copytree(base / "own" / assignment, plain / "source" / assignment)
-    (plain / "nbgrader_config.py").write_text("c = get_config()\n")
-    hand_ins(plain)
+        shutil.copytree(own / assignment, plain / "source" / assignment)
+    hand_ins(plain, own, forger=False)
     mark = time.monotonic()
-    for assignment in ASSIGNMENTS:
-        assert cli(plain, "generate_assignment", assignment).returncode == 0
-        assert cli(plain, "autograde", assignment).returncode == 0
+    plain_nbgrader(plain)
     seconds["plain"] = time.monotonic() - mark
 
     course = base / "course"  # this course: assignments/ -> make build
     course.mkdir()
     shutil.copy(REPO / "nbgrader_config.py", course / "nbgrader_config.py")
     mark = time.monotonic()
-    build(root=course, labs=ASSIGNMENTS, release=course / "labs", own=base / "own")
+    build(root=course, labs=ASSIGNMENTS, release=course / "labs", own=own)
     prepare_references(course, ASSIGNMENTS)
     seconds["build"] = time.monotonic() - mark
     again = base / "again"  # the same built course, for make autograde
     shutil.copytree(course, again)
-    hand_ins(course)
-    hand_ins(again)
+    hand_ins(course, own, forger=True)
+    hand_ins(again, own, forger=True)
 
     mark = time.monotonic()
-    runs = {}
-    for assignment in ASSIGNMENTS:
-        runs[assignment] = cli(course, "autograde", assignment)
-        runs[f"feedback {assignment}"] = cli(course, "generate_feedback", assignment)
-    runs["export"] = cli(course, "export")
+    runs = {
+        "autograde": cli(course, "autograde", "*"),  # every assignment, as its docs allow
+        "generate_feedback": cli(course, "generate_feedback", "*"),
+        "export": cli(course, "export"),
+    }
     seconds["nbgrader"] = time.monotonic() - mark
 
     mark = time.monotonic()
     runs["make autograde"] = subprocess.run(
-        [sys.executable, "-m", "graders.grade", "--root", str(again)],
+        [sys.executable, "-m", "graders.grade", "--root", str(again), "--workers", "1"],
         cwd=REPO,
         env=nbgrader_env(),
         capture_output=True,
@@ -144,13 +218,55 @@ def test_every_cell_scores_as_plain_nbgrader_with_either_command(graded):
     for name, run in runs.items():
         assert run.returncode == 0, f"{name}:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     expected = cell_scores(plain)
-    assert len(expected) == 2 * 9 + 2 * 7  # ps1: 9 graded cells; quiz: 6 + 1
-    assert cell_scores(course) == expected
-    assert cell_scores(again) == expected
+    assert len(expected) == 2 * 9 + 2 * 8  # ps1: 9 graded cells; quiz: 6 + 1 + 1
+    for root in (course, again):
+        scores = cell_scores(root)
+        assert {k: v for k, v in scores.items() if k[0] != "forger"} == expected, root.name
     # nbgrader's own notebooks meet what the issue found wrong: a file beside the notebook
     assert expected[("good", "quiz", "open_relative_file", "open_file")] == 10
     assert expected[("nometa", "quiz", "open_relative_file", "open_file")] == 10
     assert expected[("good", "quiz", "test", "correct_squares")] == 1
+    # a file two folders down the release reached every kernel, in either command
+    assert expected[("good", "quiz", "deep", "check_total")] == 1
+
+
+def test_a_hand_in_that_forges_or_rewrites_released_files_gains_nothing(graded):
+    """The forger's data.txt (one line where the check wants four), its values.txt and its link
+    are never what the kernel reads (the release's are); its write to the released file
+    fails, so its wrong answer stays wrong; its missing notebook is 0 and said so."""
+    _, course, again, runs = graded
+    for root in (course, again):
+        scores = cell_scores(root)
+        assert scores[("forger", "quiz", "open_relative_file", "open_file")] == 10, root.name
+        assert scores[("forger", "quiz", "deep", "check_total")] == 0, root.name
+        assert sum(v for k, v in scores.items() if k[:3] == ("forger", "quiz", "test")) == 0
+    assert "test.ipynb: not handed in; that notebook graded 0" in runs["make autograde"].stdout
+    # nothing the hand-in holds was read: its other entries are listed as ignored
+    assert "submitted/forger/quiz: 2 other file(s) ignored: data, data.txt" in (
+        runs["make autograde"].stdout
+    )
+
+
+def test_make_autograde_grades_an_instructors_assignment_in_its_class_run(graded):
+    """Every hand-in of ps1 and quiz went through the class run (intake, a scratch course under
+    a neutral id, the sandbox, the engine): a line each in the grading log with the key of
+    what it was graded from and each test cell's verdict by notebook, and its phases timed."""
+    from graders import gradelog
+
+    _, _, again, runs = graded
+    latest = gradelog.latest(gradelog.read(again)[0])
+    hand_ins = {("bitdiddle", "ps1"), ("hacker", "ps1"), ("good", "quiz"), ("nometa", "quiz"),
+                ("forger", "quiz")}  # fmt: skip
+    assert set(latest) == hand_ins
+    for item, entry in latest.items():
+        assert entry["ok"] and entry["key"], item
+        assert "kernel_start" in entry["timings"], item
+    assert latest[("good", "quiz")]["verdicts"]["deep/check_total"]["kind"] == "passed"
+    assert latest[("forger", "quiz")]["verdicts"]["deep/check_total"]["kind"] != "passed"
+    assert "grading 5 hand-in(s) on a local Dask cluster" in runs["make autograde"].stdout
+    with open(again / "timings.csv", newline="") as fh:
+        timed = {(row["student"], row["lab"]) for row in csv.DictReader(fh)}
+    assert timed == hand_ins
 
 
 def test_feedback_and_export_exist_for_every_hand_in(graded):
@@ -160,8 +276,9 @@ def test_feedback_and_export_exist_for_every_hand_in(graded):
         for student, assignment, names in (
             ("bitdiddle", "ps1", ["problem1", "problem2"]),
             ("hacker", "ps1", ["problem1", "problem2"]),
-            ("good", "quiz", ["open_relative_file", "test"]),
-            ("nometa", "quiz", ["open_relative_file", "test"]),
+            ("good", "quiz", ["deep", "open_relative_file", "test"]),
+            ("nometa", "quiz", ["deep", "open_relative_file", "test"]),
+            ("forger", "quiz", ["deep", "open_relative_file"]),
         ):
             assert f"{assignment}," in grades and student in grades
             for name in names:
@@ -170,13 +287,39 @@ def test_feedback_and_export_exist_for_every_hand_in(graded):
 
 
 def test_a_notebook_without_nbgrader_metadata_costs_that_notebook_only(graded):
-    _, course, _, _ = graded
-    scores = cell_scores(course)
-    assert sum(v for k, v in scores.items() if k[:3] == ("nometa", "quiz", "test")) == 0
-    page = (course / "feedback" / "nometa" / "quiz" / "test.html").read_text()
-    assert "This notebook could not be graded." in page
-    graded_nb = nbformat.read(course / "autograded" / "nometa" / "quiz" / "test.ipynb", 4)
-    assert graded_nb.cells[0].source == MALFORMED
+    _, course, again, _ = graded
+    for root in (course, again):
+        scores = cell_scores(root)
+        assert sum(v for k, v in scores.items() if k[:3] == ("nometa", "quiz", "test")) == 0
+        page = (root / "feedback" / "nometa" / "quiz" / "test.html").read_text()
+        assert "This notebook could not be graded." in page
+        graded_nb = nbformat.read(root / "autograded" / "nometa" / "quiz" / "test.ipynb", 4)
+        assert graded_nb.cells[0].source == MALFORMED
+
+
+def test_make_report_and_the_formgraders_views_read_the_assignments(graded):
+    """`make report` on the class run's course: its grades-wide.csv has each assignment's
+    total per student as the gradebook has it, and its page each assignment's cells by
+    notebook; the formgrader's views (nbgrader's API, which its pages call) list them."""
+    from graders.report import build_report
+
+    _, _, again, _ = graded
+    built = build_report(again)
+    scores = cell_scores(again)
+    with open(built.wide_csv, newline="") as fh:
+        wide = {row["student_id"]: row for row in csv.DictReader(fh)}
+    for student, assignment in (("bitdiddle", "ps1"), ("forger", "quiz"), ("good", "quiz")):
+        total = sum(v for k, v in scores.items() if k[:2] == (student, assignment))
+        (column,) = [c for c in wide[student] if c.startswith(f"{assignment} (max ")]
+        assert float(wide[student][column]) == pytest.approx(total), (student, assignment)
+    page = built.index.read_text()
+    assert "deep/check_total" in page and "problem1/" in page
+    assert "feedback/good/quiz/deep.html" in page  # a link to the student's feedback
+    api = make_api_factory(REPO / "nbgrader_config.py")(str(again), {})
+    listed = {a: api.get_assignment(a, released=set()) for a in ASSIGNMENTS}  # no exchange
+    assert listed["quiz"]["num_submissions"] == 3 and listed["ps1"]["num_submissions"] == 2
+    forger = api.get_submission("quiz", "forger")
+    assert forger["autograded"] and forger["score"] == pytest.approx(10.0)  # open_file only
 
 
 def test_validate_in_the_course_agrees_with_autograde_on_stderr(tmp_path):
@@ -209,5 +352,13 @@ def test_validate_in_the_course_agrees_with_autograde_on_stderr(tmp_path):
     nbformat.write(nb, path)
     inside = cli(course, "validate", str(path))
     assert "Success! Your notebook passes all the tests." in inside.stdout + inside.stderr
-    outside = cli(tmp_path, "validate", str(path))  # no nbgrader_config.py there
-    assert "Success!" not in outside.stdout + outside.stderr
+    # plain nbgrader's validate (no configuration), in this process: its Validator with the
+    # steps nbgrader lists (named here: this process may have read the course's configuration)
+    from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, Execute
+    from nbgrader.validator import Validator
+
+    plain = Validator(preprocessors=[CheckCellMetadata, ClearOutput, Execute])
+    assert [c.__name__ for c in plain.preprocessors] == ["CheckCellMetadata", "ClearOutput",
+                                                         "Execute"]  # fmt: skip
+    found = plain.validate(str(path))
+    assert [c["source"][:10] for c in found.get("failed", [])] == ["import sys"]

@@ -23,7 +23,7 @@ def test_the_reference_is_made_again_when_the_recorder_changes(tmp_path, monkeyp
     monkeypatch.setattr(
         build_reference,
         "reference_run",
-        lambda solution, threads: runs.append(1) or ({"t": []}, [TIMED]),
+        lambda solution, threads, strict=True: runs.append(1) or ({"t": []}, [TIMED]),
     )
     solution, cache = tmp_path / "lab.ipynb", tmp_path / "reference" / "lab.json"
     solution.write_text("{}")
@@ -45,7 +45,7 @@ def test_a_reference_of_the_older_format_is_made_again(tmp_path, monkeypatch):
     monkeypatch.setattr(
         build_reference,
         "reference_run",
-        lambda solution, threads: runs.append(1) or ({"t": []}, cells),
+        lambda solution, threads, strict=True: runs.append(1) or ({"t": []}, cells),
     )
     solution, cache = tmp_path / "lab.ipynb", tmp_path / "reference" / "lab.json"
     solution.write_text("{}")
@@ -81,3 +81,40 @@ def test_each_code_cell_of_the_solution_is_timed_under_grading_conditions(tmp_pa
     assert 0.5 <= cells[0]["seconds"] < 10 and 0 <= cells[1]["seconds"] < cells[0]["seconds"]
     executed = nbformat.read(solution, as_version=4)  # unchanged on disk; the run's own copy
     assert executed.cells[1].outputs == []
+
+
+def test_a_notebook_that_never_ends_stops_the_build_with_a_sentence(tmp_path):
+    """nbgrader's own infinite-loop.ipynb as an assignment's notebook: its reference run stops
+    at the time limit with a sentence naming the notebook and the cell (plain nbgrader's
+    generate_assignment never runs it; make build runs every notebook once)."""
+    import pytest
+
+    from graders.build_reference import reference_run
+
+    nb = new_notebook(cells=[new_code_cell("x = 1"), new_code_cell("while True:\n    pass")])
+    solution = tmp_path / "loop.ipynb"
+    nbformat.write(nb, solution)
+    with pytest.raises(RuntimeError) as raised:
+        reference_run(solution, timeout=2)
+    assert str(raised.value).startswith(f"{solution}: cell 1 of the notebook ran past 2 s")
+
+
+def test_an_instructors_notebook_whose_solution_fails_a_check_is_kept_with_a_note(tmp_path, capsys):
+    """nbgrader's own tests use sources whose solution is still a stub (submitted-unchanged):
+    plain nbgrader releases and grades them, so an instructor's notebook like it is run for
+    its cell times and said, not refused (a lab of the course still is: `strict`)."""
+    import pytest
+
+    from graders.build_reference import reference_run
+
+    check = new_code_cell("assert a == 1")
+    check.metadata["nbgrader"] = dict(grade=True, grade_id="bar", points=1, solution=False,
+                                      locked=True, schema_version=3)  # fmt: skip
+    nb = new_notebook(cells=[new_code_cell("raise NotImplementedError()"), check])
+    solution = tmp_path / "p1.ipynb"
+    nbformat.write(nb, solution)
+    observed, cells = reference_run(solution, timeout=60, strict=False)
+    assert observed == {"bar": []} and len(cells) == 2
+    assert "the solution fails its own test cell 'bar': NameError" in capsys.readouterr().err
+    with pytest.raises(RuntimeError, match="fails its own test cell 'bar'"):
+        reference_run(solution, timeout=60)

@@ -26,3 +26,21 @@ def test_labs_whose_solution_ran_longest_are_graded_first(course, graded, tmp_pa
     order = [(h.student, h.lab) for h in longest_first(found, tmp_path)]
     expected = ["long", "middle", "short", "damaged"]  # a lab never timed: last, as found
     assert order == [(student, lab) for lab in expected for student in ("a", "b")]
+
+
+def test_the_released_files_are_every_regular_file_at_any_depth_and_no_link(tmp_path):
+    """What a class run gives every kernel of an instructor's assignment: the release's files
+    and folders at any depth, by path; never a link (in a folder or not), a notebook or a
+    cache, as plain nbgrader's autograde copies the source's files beside a hand-in."""
+    from graders.inputs import released_files
+
+    release = tmp_path / "quiz"
+    (release / "data" / "deep" / "__pycache__").mkdir(parents=True)
+    (release / "quiz.ipynb").write_text("{}")
+    (release / "data.txt").write_text("top")
+    (release / "data" / "deep" / "values.txt").write_text("1 2 3")
+    (release / "data" / "deep" / "inner.ipynb").write_text("{}")
+    (release / "data" / "deep" / "__pycache__" / "m.pyc").write_bytes(b"x")
+    (release / "data" / "deep" / "link").symlink_to("/etc/hostname")
+    (release / "linked").symlink_to(release / "data")
+    assert released_files(release) == {"data.txt": b"top", "data/deep/values.txt": b"1 2 3"}

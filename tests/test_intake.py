@@ -105,3 +105,28 @@ def test_a_lab_folder_among_many_entries_is_never_dropped_silently(tmp_path, lis
     named = [h for h in found if (h.student, h.lab) == ("crowded", LAB)]
     named += [p for p in problems if (p.student, p.lab) == ("crowded", LAB)]
     assert named
+
+
+def test_an_assignment_of_several_notebooks_loses_only_the_one_that_cannot_be_read(tmp_path):
+    """An instructor's assignment (several notebooks, none named after it): each released
+    notebook is taken; one that is a link, broken or missing is left out with why (it is
+    graded 0, as nbgrader grades a notebook not handed in), the others are graded; a
+    notebook not of the release is ignored like any other file."""
+    folder = tmp_path / "submitted" / "s" / "quiz"
+    folder.mkdir(parents=True)
+    shutil.copyfile(RELEASE, folder / "one.ipynb")
+    (folder / "two.ipynb").symlink_to(RELEASE)
+    (folder / "three.ipynb").write_text("{not json")
+    shutil.copyfile(RELEASE, folder / "extra.ipynb")
+    names = ["four", "one", "three", "two"]
+    got = intake.take("s", "quiz", folder, "here", names)
+    assert isinstance(got, intake.HandIn)
+    assert got.notebooks == {"one": RELEASE.read_bytes()} and got.notebook == RELEASE.read_bytes()
+    assert got.left_out[0] == "four.ipynb: not handed in"
+    assert got.left_out[1].startswith("three.ipynb: not a valid notebook file")
+    assert got.left_out[2] == "two.ipynb: the notebook is a symbolic link (not followed)"
+    assert got.ignored == ["extra.ipynb"]
+    (folder / "one.ipynb").unlink()
+    none = intake.take("s", "quiz", folder, "here", names)
+    assert isinstance(none, intake.Problem) and none.student == "s"
+    assert none.reason.startswith("expected four.ipynb, one.ipynb, three.ipynb, two.ipynb, found")

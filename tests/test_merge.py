@@ -22,8 +22,8 @@ def result(**autos) -> Result:
             "timestamp": "2024-01-02T10:00:00",
             "notebooks": {"lab1": {"late_penalty": None, "grades": grades, "comments": {}}},
         },
-        autograded='{"cells": []}',
-        feedback="<p>feedback</p>",
+        autograded={"lab1": '{"cells": []}'},
+        feedback={"lab1": "<p>feedback</p>"},
     )
 
 

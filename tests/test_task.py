@@ -86,7 +86,7 @@ def test_settings_go_to_nbgrader_as_configuration_and_timings_come_back(tmp_path
 
     job = LocalJob(
         lab="lab1",
-        notebook=nbformat.writes(notebook(("check(True)", "t1"))),
+        notebooks={"lab1": nbformat.writes(notebook(("check(True)", "t1")))},
         timestamp=None,
         cell_timeout=7,
         budget_s=30,
@@ -95,7 +95,7 @@ def test_settings_go_to_nbgrader_as_configuration_and_timings_come_back(tmp_path
         reference_dir=str(tmp_path / "reference"),
         files=[],
         data_root=None,
-        release=nbformat.writes(release),
+        releases={"lab1": nbformat.writes(release)},
         scratch_root=str(tmp_path),
     )
     result = task.grade(api_for, job)
@@ -117,7 +117,10 @@ def test_a_task_never_raises_for_a_hand_ins_sake(tmp_path):
     def api_for(root, changes):
         raise AssertionError("never reached: the notebook is not JSON")
 
-    job = LocalJob(lab="lab1", notebook="{not json", release="{}", scratch_root=str(tmp_path))
+    job = LocalJob(
+        lab="lab1", notebooks={"lab1": "{not json"}, releases={"lab1": "{}"},
+        scratch_root=str(tmp_path),
+    )  # fmt: skip
     result = task.grade(api_for, job)
     assert result["ok"] is False and result["reason"].startswith("the grader failed")
     assert "total" in result["timings"]
@@ -151,12 +154,66 @@ def test_only_a_tasks_scratch_gradebook_is_written_without_waiting_for_the_disk(
 
     job = LocalJob(
         lab="lab1",
-        notebook=nbformat.writes(notebook(("check(True)", "t1"))),
+        notebooks={"lab1": nbformat.writes(notebook(("check(True)", "t1")))},
         gradebook=str(course),
         reference_dir=str(tmp_path / "reference"),
-        release=nbformat.writes(notebook(("check(True)", "t1"))),
+        releases={"lab1": nbformat.writes(notebook(("check(True)", "t1")))},
         scratch_root=str(tmp_path),
     )
     task.grade(api_for, job)
     assert seen["scratch"] == (0, "memory")  # OFF
     assert seen["course"] == (2, "delete")  # FULL, SQLite's default journal
+
+
+def test_a_task_lays_out_every_notebook_and_the_released_folders_as_the_course_has_them(
+    tmp_path, monkeypatch
+):
+    """A task of an instructor's assignment (several notebooks, files in nested folders, as a
+    class run ships them): each notebook handed in, restored to its release's metadata; each
+    notebook's reference file where the judge and the budgets look; the released tree under
+    its own names, its top-level entries (a folder as a folder) given to the sandbox; and a
+    released path that would leave the task's folder refused."""
+    small_gradebook(tmp_path, "quiz")
+    seen = {}
+
+    class Api(FakeApi):
+        def autograde(self, lab, student, force, create):
+            folder = Path(self.root) / "submitted" / student / lab
+            seen["notebooks"] = sorted(p.name for p in folder.iterdir())
+            seen["one"] = nbformat.read(folder / "one.ipynb", as_version=4)
+            settings = self.changes["SandboxedExecute"]["settings"]
+            seen["files"] = sorted(Path(p).name for p in settings["files"])
+            top = Path(settings["files"][0]).parent
+            seen["tree"] = {
+                str(p.relative_to(top)): p.read_text() for p in top.rglob("*") if p.is_file()
+            }
+            where = Path(self.changes["JudgeRecords"]["reference_dir"])
+            seen["references"] = sorted(str(p.relative_to(where)) for p in where.rglob("*.json"))
+            return {"success": False, "log": ""}
+
+    monkeypatch.setattr(task, "api_factory", lambda *_: Api)
+    release = notebook(("check(True)", "t1"))
+    course = wire.Course(
+        config="c = get_config()\n",
+        gradebook=gradebook.of(tmp_path).read_bytes(),
+        references={"quiz": {"one": {}, "two": {}}},
+        releases={"quiz": {"one": nbformat.writes(release), "two": nbformat.writes(release)}},
+        files={"quiz": {"data.txt": b"top", "data/deep/values.txt": b"1 2 3"}},
+    )
+    handed_in = notebook(("check(True)", "t1"))
+    handed_in.cells[0].metadata["nbgrader"]["points"] = 100  # the student's own points
+    job = wire.Job(
+        lab="quiz", notebooks={"one": nbformat.writes(handed_in)}, timestamp=None,
+        cell_timeout=None, budget_s=None, feedback=False,
+    )  # fmt: skip
+    result = task.run(course, job)
+    assert result["ok"] is False
+    assert seen["notebooks"] == ["one.ipynb"]  # "two" was not handed in: nbgrader gives it 0
+    assert seen["one"].cells[0].metadata["nbgrader"]["points"] == 2
+    assert seen["files"] == ["data", "data.txt"]
+    assert seen["tree"] == {"data.txt": "top", "data/deep/values.txt": "1 2 3"}
+    assert seen["references"] == ["quiz/one.json", "quiz/two.json"]
+    for forged in ("../../escape", "/etc/passwd", "data/../../escape", "data//x", ""):
+        course["files"]["quiz"] = {forged: b"x"}
+        result = task.run(course, job)
+        assert "is not a path inside an assignment's release" in result["reason"], forged
