@@ -54,6 +54,9 @@ class LatenessNote(NbGraderPreprocessor):
     """autograde's last step: the lateness note at the top of the graded notebook."""
 
     def preprocess(self, nb, resources):
+        # one note, ours: any cell marked as one (an earlier autograde's, or a student's
+        # forgery of it) is removed first
+        nb.cells = [c for c in nb.cells if not c.get("metadata", {}).get(MARK)]
         info = resources["nbgrader"]
         with Gradebook(info["db_url"]) as gb:
             try:
@@ -69,9 +72,6 @@ class LatenessNote(NbGraderPreprocessor):
                 submission.total_seconds_late,
                 graded.late_submission_penalty,
             )
-        # one note, ours: any cell marked as one (an earlier autograde's, or a student's
-        # forgery of it) is removed first
-        nb.cells = [c for c in nb.cells if not c.get("metadata", {}).get(MARK)]
         cell = nbformat.v4.new_markdown_cell(text)
         cell.metadata[MARK] = True
         if nb.get("nbformat_minor", 5) < 5:  # cell ids came with nbformat 4.5
