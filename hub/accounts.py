@@ -60,22 +60,33 @@ def hub_accounts() -> list[str]:
     ]
 
 
-def kill_processes(uids: set[int]) -> None:
-    """End every process running as one of `uids` (the hub's accounts only)."""
+def _processes(uids: set[int]) -> list[int]:
+    """The pids of the processes running as one of `uids`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and entry.stat().st_uid in uids:
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def kill_processes(uids: set[int], grace_s: float = 3) -> None:
+    """End every process running as one of `uids` (the hub's accounts only): SIGTERM, and
+    SIGKILL for what is still there after `grace_s`."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        found = False
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                if entry.stat().st_uid in uids:
-                    os.kill(int(entry.name), sig)
-                    found = True
-            except (OSError, ProcessLookupError):
-                continue
-        if not found:
+        pids = _processes(uids)
+        if not pids:
             return
-        time.sleep(2)
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                continue
+        deadline = time.monotonic() + grace_s
+        while _processes(uids) and time.monotonic() < deadline:
+            time.sleep(0.1)
 
 
 def remove_accounts() -> list[str]:

@@ -114,11 +114,14 @@ def set_up(students: int, port: int, ip: str, labs: list[str], say=None) -> dict
         configure_account(
             name, course, STATE / "exchange", root if name == INSTRUCTOR else None, python
         )
-    names = {}
-    for number, name in enumerate(student_names(students), 1):  # the gradebook's roster
-        names[name] = ["Student", str(number)]
-        add = ["db", "student", "add", name, "--first-name=Student", f"--last-name={number}"]
-        instructor_nbgrader({"python": str(python), "course_root": str(root)}, *add)
+    names = {name: ["Student", str(n)] for n, name in enumerate(student_names(students), 1)}
+    roster = root / ".roster.csv"  # the gradebook's roster, in one nbgrader command
+    roster.write_text("id,first_name,last_name\n" + "".join(
+        f"{name},{first},{last}\n" for name, (first, last) in names.items()))  # fmt: skip
+    shutil.chown(roster, INSTRUCTOR, INSTRUCTOR)
+    instructor_nbgrader({"python": str(python), "course_root": str(root)},
+                        "db", "student", "import", str(roster))  # fmt: skip
+    roster.unlink()
     state = {
         "pid": os.getpid(),
         "ip": ip,
@@ -315,14 +318,58 @@ def add_student(name: str, first: str, last: str, email: str | None = None) -> s
     return password
 
 
+def grades_of(course: Path, name: str) -> list[dict]:
+    """The student's row of the gradebook: each hand-in's time, lateness and score."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        try:
+            student = gb.find_student(name)
+        except Exception:  # no row: nothing graded to keep
+            return []
+        return [
+            {
+                "lab": sub.assignment.name,
+                "handed_in": sub.timestamp.isoformat() if sub.timestamp else None,
+                "seconds_late": sub.total_seconds_late,
+                "score": sub.score,
+                "late_penalty": sub.late_submission_penalty,
+                "max_score": sub.max_score,
+            }
+            for sub in student.submissions
+        ]
+
+
+def archive_student(course: Path, name: str) -> Path:
+    """What the instructor holds of a leaving student, kept for the record and out of every
+    later grading: their collected, graded and feedback copies move from the course's
+    submitted/, autograded/ and feedback/ (which `make autograde` and the formgrader grade)
+    to removed/<name>-<time>/, with grades.json, their gradebook row as it was."""
+    entry = pwd.getpwnam(INSTRUCTOR)
+    kept = course / "removed" / f"{name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    kept.mkdir(parents=True)
+    for folder in (kept.parent, kept):
+        os.chown(folder, entry.pw_uid, entry.pw_gid)
+        folder.chmod(0o700)
+    for kind in ("submitted", "autograded", "feedback"):
+        if (course / kind / name).is_dir():
+            shutil.move(course / kind / name, kept / kind)
+    record = kept / "grades.json"
+    record.write_text(json.dumps(grades_of(course, name), indent=1))
+    os.chown(record, entry.pw_uid, entry.pw_gid)
+    return kept
+
+
 def remove_student(name: str) -> None:
     """A student leaves the term: their JupyterHub user and server, processes, account,
-    home, group, hand-ins and feedback in the exchange, gradebook row, files in /tmp."""
+    home, group, hand-ins and feedback in the exchange, gradebook row, files in /tmp. What
+    the instructor collected and graded of them is kept for the record (`archive_student`)."""
     state = read_state()
     if not name.startswith(PREFIX):
         name = PREFIX + name
     if not state or name not in state["students"]:
         raise SystemExit(f"make hub-remove-student: {name} is not a student of this term")
+    kept = archive_student(Path(state["course_root"]), name)
     hub_api(state, "DELETE", f"users/{name}")
     entry = pwd.getpwnam(name)
     kill_processes({entry.pw_uid})
@@ -339,7 +386,7 @@ def remove_student(name: str) -> None:
     state["passwords"].pop(name, None)
     state.get("names", {}).pop(name, None)
     STATE_FILE.write_text(json.dumps(state, indent=1))
-    print(f"student {name} removed")
+    print(f"student {name} removed; their collected and graded work is kept in {kept}")
 
 
 BACKUPS = Path(os.environ.get("COURSE_HUB_BACKUPS", "/srv/dgl-hub-backups"))

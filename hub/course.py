@@ -48,6 +48,17 @@ def _write(owner: str, path: Path, text: str) -> None:
     os.chown(path, entry.pw_uid, entry.pw_gid)
 
 
+# the hub's addition to the course's nbgrader_config.py (its copy in the instructor's home):
+# every autograde (the formgrader's button, `nbgrader autograde`, `make autograde`) ends by
+# noting when the hand-in was handed in and how late (hub/lateness.py)
+HUB_COURSE_CONFIG = """
+# Added by `make hub` (hub/course.py): the graded notebook, so the formgrader's view of a
+# submission and the student's feedback, opens with when it was handed in (the exchange's
+# time) against the due date, how late, and the late penalty (hub/lateness.py).
+c.Autograde.autograde_preprocessors.append("hub.lateness.LatenessNote")
+"""
+
+
 def install_course(instructor: str, python: Path, labs: list[str]) -> Path:
     """Copy the course into the instructor's home and build `labs` there as the instructor."""
     entry = pwd.getpwnam(instructor)
@@ -59,6 +70,8 @@ def install_course(instructor: str, python: Path, labs: list[str]) -> Path:
             shutil.copytree(source, root / name, ignore=SKIPPED)
         elif source.exists():
             shutil.copy2(source, root / name)
+    config = root / "nbgrader_config.py"
+    config.write_text(config.read_text() + HUB_COURSE_CONFIG)
     for folder, dirs, files in os.walk(root):
         for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
             os.chown(name, entry.pw_uid, entry.pw_gid)
@@ -93,10 +106,11 @@ def nbgrader_config(course_id: str, exchange: Path, root: Path | None = None) ->
 COURSE_MAKEFILE = """\
 # The course's commands on the hub (written by `make hub`, hub/course.py), in the
 # instructor's terminal: grade the collected hand-ins, the class report and the grades CSV.
+# ARGS go to the grader: make autograde ARGS="--lab lab01_graph --student dgl-student2"
 PY := {python}
 .PHONY: autograde report grades
 autograde:
-\t$(PY) -m graders.grade --root $(CURDIR)
+\t$(PY) -m graders.grade --root $(CURDIR) $(ARGS)
 report grades:
 \t$(PY) -m graders.report --root $(CURDIR)
 """

@@ -6,14 +6,17 @@ need an interpreter it may execute, and a student's must hold nothing secret. Th
 one under its state folder, kept for the term: this environment's interpreter (its binary
 copied, with its library path made relative; libpython and the standard library as hard
 links) and a virtual environment of it whose site-packages, share/ and etc/ are hard-linked
-copies of this environment's, less the course's editable install (which maps `graders` into
-the checkout). Nothing in it links to, or names, the checkout. (The system's
+copies of this environment's (`cp -al`, compiled bytecode included: the accounts cannot
+write it, and without it every process of theirs compiles each module it imports again),
+less the course's editable install (which maps `graders` into the checkout). Nothing in it
+links to, or names, the checkout. (The system's
 /usr/bin/python3.11 would not do: Debian's 3.11.2 lacks fixes of `re` that the installed
 soupsieve needs, and nbgrader's feedback fails.)
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shutil
 import subprocess
@@ -24,6 +27,8 @@ from pathlib import Path
 from hub import REPO
 
 PROXY = REPO / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
+# the hub's modules that the accounts' nbgrader loads (nbgrader_config.py names their classes)
+SHARED = ("__init__.py", "exchange.py", "lateness.py")
 NOBODY = 65534
 
 
@@ -36,16 +41,21 @@ def runs_unprivileged(python: Path) -> bool:
     return result.returncode == 0
 
 
-def _link_tree(source: Path, target: Path, ignore) -> None:
-    """A copy of `source` made of hard links (no disk, no time), copies where links fail."""
-
-    def link(src, dst):
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-
-    shutil.copytree(source, target, ignore=ignore, copy_function=link, symlinks=True)
+def _link_entries(source: Path, target: Path, skip: tuple[str, ...] = ()) -> None:
+    """target/<entry> for each entry of `source` whose name matches no pattern of `skip`: a
+    copy made of hard links (`cp -al`: no disk, one process for the whole tree; links stay
+    links), real copies where the two are on different filesystems."""
+    target.mkdir(parents=True, exist_ok=True)
+    left_out = [p for p in source.iterdir() if any(fnmatch.fnmatch(p.name, s) for s in skip)]
+    entries = [str(p) for p in sorted(source.iterdir()) if p not in left_out]
+    if not entries:
+        return
+    if subprocess.run(["cp", "-al", "--", *entries, str(target)], capture_output=True).returncode:
+        for entry in entries:  # another filesystem (cross-device links): copies instead
+            shutil.rmtree(target / Path(entry).name, ignore_errors=True)
+        done = subprocess.run(["cp", "-a", "--", *entries, str(target)], capture_output=True)
+        if done.returncode:
+            raise SystemExit(f"copying {source} to {target} failed: {done.stderr.decode()}")
 
 
 def _interpreter(state: Path, version: str) -> Path:
@@ -66,14 +76,15 @@ def _interpreter(state: Path, version: str) -> Path:
         (cpython / "lib" / library.name).hardlink_to(library) if not library.is_symlink() else (
             cpython / "lib" / library.name
         ).symlink_to(library.readlink())
-    skipped = shutil.ignore_patterns("site-packages", "test", "idlelib", "tkinter")
-    _link_tree(base / "lib" / f"python{version}", cpython / "lib" / f"python{version}", skipped)
+    skipped = ("site-packages", "test", "idlelib", "tkinter")
+    _link_entries(base / "lib" / f"python{version}", cpython / "lib" / f"python{version}", skipped)
     return binary
 
 
 # what of this environment the accounts' copy leaves out: the course's own package, installed
-# editable from the checkout (its finder maps `graders` to the checkout's files)
-LEFT_OUT = shutil.ignore_patterns("__editable__*", "dynamic_graphs_labs*", "__pycache__", "*.pyc")
+# editable from the checkout (its finder, its .pth and its record; the finder maps `graders`
+# to the checkout's files), and the finder's compiled bytecode
+LEFT_OUT = ("__editable__*", "dynamic_graphs_labs*", "_dynamic_graphs_labs*")
 
 
 def user_python(state: Path) -> Path:
@@ -94,14 +105,17 @@ def user_python(state: Path) -> Path:
         (bridge / "bin" / name).symlink_to(interpreter)
     lib = bridge / "lib" / f"python{version}"
     lib.mkdir(parents=True)
-    _link_tree(site, lib / "site-packages", LEFT_OUT)
+    _link_entries(site, lib / "site-packages", LEFT_OUT)
+    for pattern in LEFT_OUT:
+        for compiled in (lib / "site-packages" / "__pycache__").glob(pattern):
+            compiled.unlink()
     for name in ("share", "etc"):
         if (Path(sys.prefix) / name).is_dir():
-            _link_tree(Path(sys.prefix) / name, bridge / name, LEFT_OUT)
+            _link_entries(Path(sys.prefix) / name, bridge / name, LEFT_OUT)
     # the hub's own exchange classes, which every account's nbgrader_config.py names
     package = lib / "site-packages" / "hub"
     package.mkdir()
-    for name in ("__init__.py", "exchange.py"):
+    for name in SHARED:
         shutil.copy2(REPO / "hub" / name, package / name)
     # the environment's scripts (alembic, which nbgrader calls by name; jupyter; nbgrader)
     for script in (Path(sys.prefix) / "bin").iterdir():

@@ -2,28 +2,29 @@
 
 One hub for the module, started by `make hub`'s own code (`python -m hub start`) with an
 instructor and two students, stopped by it afterwards, and the machine checked to be as it
-was (no account, group, home or state folder left).
+was (no account, group, home or state folder left). The commands that return at once
+(add-student, remove-student, backup, destroy, restore) are called in this process, through
+the same `python -m hub` entry point (`hub.cli.main`).
 
 * the term, in headless chromium through the hub: the instructor releases lab01_graph in the
   formgrader; each student fetches it in JupyterLab's Assignments tab, works (student 1 the
-  complete answer, student 2 a partial one, handed in after the due date) and submits; the
-  instructor collects, autogrades each hand-in, generates and releases feedback; each student
-  fetches the feedback and reads the score and the judge's sentences. The scores read equal
-  those `make autograde` (graders.grade) gives the same hand-ins, and the late one is late
-  in both. Screenshots of each step: test-output/hub/.
-* isolation, after the term (or, without chromium, after the same steps by nbgrader's
-  commands run as each account): student 2's account tries to list, read, change, rename
-  and remove student 1's hand-in and feedback, the released lab, the course's folder in the
-  exchange, and the instructor's course files and gradebook: every attempt is refused, and
-  the files have the same checksums afterwards.
+  complete answer, student 2 a partial one, handed in after the due date and backdated)
+  and submits; the instructor collects in the formgrader, runs `make autograde` and
+  `make report` in a JupyterLab terminal, autogrades the late hand-in again with the
+  formgrader's button, reads the lateness in the formgrader, generates and releases
+  feedback; each student fetches the feedback and reads the score, the judge's sentences
+  and their lateness. Screenshots of each step: test-output/hub/.
+* a stop and a start mid-term; isolation (student 2 tries to reach what is not theirs);
+  the walk of every file a student can read; nbgrader's own collect against forgeries, a
+  backdate and a race, with a student who joins mid-term and then leaves; backup and
+  restore into a fresh hub.
 
 Needs root (Unix accounts), bubblewrap, npm (the proxy) and chromium; skipped with one
-line without them. It takes minutes (lab01_graph is built as the instructor, and graded twice).
+line without them. It takes minutes (lab01_graph is built as the instructor and graded).
 """
 
 from __future__ import annotations
 
-import functools
 import grp
 import hashlib
 import json
@@ -123,6 +124,7 @@ def hub(tmp_path_factory):
     """`python -m hub start` (what `make hub` runs), with two students; its state. At the end
     Ctrl-C, then `make hub-destroy`: the machine is as it was, nothing left in /tmp."""
     from hub.cli import alive, read_state
+    from hub.cli import main as hub_command
 
     if alive(read_state().get("pid")) or read_state():
         pytest.skip("a hub or a term is on this machine already (`make hub-destroy`)")
@@ -144,7 +146,7 @@ def hub(tmp_path_factory):
             except subprocess.TimeoutExpired:
                 pass
         left = leftovers()
-        subprocess.run([sys.executable, "-m", "hub", "destroy"], cwd=REPO, timeout=300)
+        hub_command(["destroy"])  # what `make hub-destroy` runs
     assert machine() == before, "make hub-destroy left the machine changed"
     assert not [p for p in left if Path(p).exists()], "make hub-destroy left files in /tmp"
 
@@ -299,10 +301,7 @@ def hand_in(page, hub: dict, name: str, student, step: str) -> None:
     release = nbformat.read(Path(f"/home/{name}/{LAB}/{LAB}.ipynb"), as_version=4)
     answered = student_notebook(student, release, source_notebook(LAB))
     save_notebook(page, hub, name, f"{LAB}/{LAB}.ipynb", json.loads(nbformat.writes(answered)))
-    page.goto(f"{hub['base']}user/{name}/lab/tree/{LAB}/{LAB}.ipynb")
-    page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
-    shot(page, f"{step}b-{name}-works")
-    assignments_tab(page)
+    assignments_tab(page)  # the tab again: its lists read anew
     item(page, "fetched", LAB).locator("button", has_text="Submit").first.click()
     item(page, "submitted", LAB).wait_for()
     shot(page, f"{step}c-{name}-submitted")
@@ -333,9 +332,6 @@ def read_feedback(page, hub: dict, name: str, step: str) -> tuple[float, str]:
     submitted.locator("button", has_text="Fetch Feedback").click()
     submitted.locator("text=(view feedback)").wait_for()
     shot(page, f"{step}a-{name}-feedback-fetched")
-    submitted.locator("text=(view feedback)").click()
-    page.wait_for_timeout(1000)
-    shot(page, f"{step}b-{name}-feedback-folder")
     (folder,) = Path(f"/home/{name}/{LAB}/feedback").iterdir()  # one hand-in, one feedback
     page.goto(f"{hub['base']}user/{name}/files/{LAB}/feedback/{folder.name}/{LAB}.html")
     text = page.locator("body").inner_text()
@@ -347,12 +343,10 @@ def read_feedback(page, hub: dict, name: str, step: str) -> tuple[float, str]:
     return float(score.group(1)), text
 
 
-def test_a_term_on_the_hub_in_a_browser(hub, tmp_path):
+def test_a_term_on_the_hub_in_a_browser(hub):
     if CHROMIUM is None:
         pytest.skip("no chromium to drive: `make browser` or `sudo apt-get install chromium`")
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
-    from graders.grade import grade_class
-
     instructor, (one, two) = hub["instructor"], hub["students"]
     demo = {s.name: s for s in declared_class(LAB)}
     work = {one: demo["complete"], two: demo["partial"]}
@@ -382,14 +376,14 @@ def test_a_term_on_the_hub_in_a_browser(hub, tmp_path):
             # student 1 fetches, works, submits before the due date
             _, first = log_in(browser, hub, one)
             hand_in(first, hub, one, work[one], "04")
-            # the due date: now (after student 1's hand-in, before student 2's)
-            # (a whole second, after student 1's timestamp: nbgrader's dates are in seconds)
+            # the due date: now (after student 1's hand-in, before student 2's: their log-in
+            # and fetch take seconds; a whole second after student 1's timestamp, since
+            # nbgrader's dates are in seconds; the gradebook says below that it held)
             due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
             nbgrader(
                 hub, instructor, "db", "assignment", "add", LAB,
                 f"--duedate={due:%Y-%m-%d %H:%M:%S} UTC",
             )  # fmt: skip
-            time.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()) + 1)
             _, second = log_in(browser, hub, two)
             hand_in(second, hub, two, work[two], "05")
 
@@ -418,14 +412,35 @@ def test_a_term_on_the_hub_in_a_browser(hub, tmp_path):
             assert len(refused) == 3, collected  # the forgery, the link, the file
             assert all(one in line for line in refused), refused
             assert sum(f"handed in by {two}" in line for line in refused) == 1, refused
+            # the instructor's terminal: the course's Python and commands, in the course:
+            # `make autograde` grades the class (both hand-ins), `make report` writes the
+            # class report and the grades CSV
+            said = in_terminal(teacher, hub, instructor, (
+                "cd ~/course && for c in python nbgrader make; do command -v $c; done && "
+                "make autograde && make report && ls grades.csv grades-wide.csv "
+                "report/index.html && echo REPORTED"
+            ), limit_s=600)  # fmt: skip
+            assert "REPORTED" in said and said.count(str(Path(hub["python"]).parent)) >= 2, said
+            course = Path(hub["course_root"])
+            made = grades_csv(course / "grades.csv")
+            # the formgrader's Autograde button (nbgrader's own autograde) on the late one
             teacher.goto(f"{base}user/{instructor}/formgrader/manage_submissions/{LAB}")
+            student_row = f"tr:has(td:has-text('{two}'))"
+            teacher.wait_for_selector(f"{student_row} td.autograde a")
+            formgrader_action(
+                teacher, f"{student_row} td.autograde a", "Successfully autograded",
+                f"07-autograded-{two}",
+            )  # fmt: skip
+            # lateness in the formgrader: the view of each graded submission opens with it
+            seen = {}
             for student in (one, two):
-                student_row = f"tr:has(td:has-text('{student}'))"
-                teacher.wait_for_selector(f"{student_row} td.autograde a")
-                formgrader_action(
-                    teacher, f"{student_row} td.autograde a", "Successfully autograded",
-                    f"07-autograded-{student}",
-                )  # fmt: skip
+                teacher.goto(f"{base}user/{instructor}/formgrader/submissions/"
+                             f"{submission_id(course, student)}")  # fmt: skip
+                teacher.wait_for_selector("#notebook-container")  # (the page has two)
+                seen[student] = teacher.locator("body").inner_text()
+                shot(teacher, f"07b-formgrader-lateness-{student}")
+            assert "On time" in seen[one] and "Late by" not in seen[one], seen[one][:600]
+            assert "Late by" in seen[two] and "On time" not in seen[two], seen[two][:600]
             teacher.goto(f"{base}user/{instructor}/formgrader")
             teacher.wait_for_selector(f"{row} td.generate-feedback a")
             formgrader_action(
@@ -435,41 +450,55 @@ def test_a_term_on_the_hub_in_a_browser(hub, tmp_path):
                 teacher, f"{row} td.release-feedback a", "Successfully released", "09-released"
             )
 
-            # the instructor's terminal: the course's Python and commands, in the course
-            said = in_terminal(teacher, hub, instructor, (
-                "cd ~/course && for c in python nbgrader make; do command -v $c; done && "
-                "make report && ls grades-wide.csv report/index.html && echo REPORTED"
-            ), limit_s=300)  # fmt: skip
-            assert "REPORTED" in said and said.count(str(Path(hub["python"]).parent)) >= 2, said
-
-            # each student fetches the feedback and reads the score and the judge's sentences
+            # each student fetches the feedback and reads the score, the judge's sentences
+            # and when they handed in: student 1 on time, student 2 late
             read = {}
             for step, (student, page) in (("10", (one, first)), ("11", (two, second))):
                 read[student], text = read_feedback(page, hub, student, step)
                 assert "Passed." in text  # the judge's sentence
                 assert "BEGIN HIDDEN TESTS" not in text and "observe(" not in text
+                assert ("Late by" in text) == (student == two), text[:1000]
+                assert ("On time" in text) == (student == one), text[:1000]
         finally:
             browser.close()
 
-    # nbgrader's meaning of late: student 2's hand-in is late, student 1's is not
+    # nbgrader's meaning of late: student 2's hand-in is late (the exchange's time, not the
+    # backdated one), student 1's is not
     from nbgrader.api import Gradebook
 
-    course = Path(hub["course_root"])
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         late = {s: gb.find_submission(LAB, s).total_seconds_late for s in (one, two)}
     assert late[one] == 0 and late[two] > 0, late
+    # the scores: what the students read (student 1 graded by `make autograde`, student 2
+    # by the formgrader's button) and what `make autograde` gave both, are the demo class's
+    # declared scores
+    declared = {s: work[s].score for s in (one, two)}
+    assert read == declared, f"students read {read}, the declared scores are {declared}"
+    assert {s: made[s][0] for s in (one, two)} == declared, made
+    assert not made[one][1] and made[two][1], made  # late in make autograde's too
 
-    # `make autograde` on the same hand-ins: a copy of the course, everything graded again
-    copy = tmp_path / "course"
-    shutil.copytree(course, copy, ignore=shutil.ignore_patterns("autograded", "feedback"))
-    report = grade_class(copy, labs=[LAB], workers=1, quiet=True, force=True)
-    assert not report.problems, report.problems
-    graded = {s: report.scores[(s, LAB)] for s in (one, two)}
-    assert read == graded, f"students read {read}, make autograde gives {graded}"
-    assert read == {s: work[s].score for s in (one, two)}  # the demo class's declared scores
-    with Gradebook(f"sqlite:///{copy / 'gradebook.db'}") as gb:
-        assert gb.find_submission(LAB, two).total_seconds_late > 0
-        assert gb.find_submission(LAB, one).total_seconds_late == 0
+
+def grades_csv(path: Path) -> dict[str, tuple[float, bool]]:
+    """grades.csv (nbgrader's export): each student's score of LAB, and whether its time is
+    after the due date."""
+    import csv
+
+    from nbgrader.utils import parse_utc
+
+    with path.open() as fh:
+        rows = [r for r in csv.DictReader(fh) if r["assignment"] == LAB]
+    return {
+        r["student_id"]: (float(r["score"]), parse_utc(r["timestamp"]) > parse_utc(r["duedate"]))
+        for r in rows
+    }
+
+
+def submission_id(course: Path, student: str) -> str:
+    """The gradebook's id of the student's graded notebook of LAB (the formgrader's URL)."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        return gb.find_submission_notebook(LAB, LAB, student).id
 
 
 def test_the_term_survives_a_stop_and_a_start(hub):
@@ -513,41 +542,6 @@ def http_log_in(hub: dict, name: str, password: str) -> bool:
     except urllib.error.HTTPError:
         return False
     return "/hub/login" not in answer.geturl()
-
-
-def test_a_student_joins_mid_term_hands_in_and_leaves(hub):
-    """`make hub-add-student` while the hub runs: an account that logs in, a gradebook row
-    with the student's name; they fetch, hand in, the instructor collects. Then
-    `make hub-remove-student`: no account, row, hand-in or file of theirs is left."""
-    from nbgrader.api import Gradebook
-
-    from hub.cli import read_state
-
-    name, course = "dgl-student3", Path(hub["course_root"])
-    said = subprocess.run(
-        [sys.executable, "-m", "hub", "add-student", name, "--first=Ada", "--last=Lovelace"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert said.returncode == 0, said.stderr[-2000:]
-    password = read_state()["passwords"][name]
-    assert http_log_in(hub, name, password)
-    nbgrader(hub, name, "fetch_assignment", LAB)
-    nbgrader(hub, name, "submit", LAB)
-    nbgrader(hub, hub["instructor"], "collect", LAB)
-    assert (course / "submitted" / name / LAB / f"{LAB}.ipynb").is_file()
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        names = {s.id: (s.first_name, s.last_name) for s in gb.students}
-    assert names[name] == ("Ada", "Lovelace"), names
-    assert all(first and last for first, last in names.values()), names  # no "None, None"
-
-    said = subprocess.run([sys.executable, "-m", "hub", "remove-student", name], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert said.returncode == 0, said.stderr[-2000:]
-    assert not http_log_in(hub, name, password)
-    assert name not in Path("/etc/passwd").read_text() and not Path(f"/home/{name}").exists()
-    assert not list((Path(hub["exchange"]) / "inbound").glob(f"{name}+*"))
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        assert name not in {s.id for s in gb.students}
 
 
 def handed_in(hub: dict, student: str) -> tuple[Path | None, Path | None]:
@@ -651,33 +645,57 @@ def secret_lines() -> tuple[set[str], set[str]]:
 
 WALK = r"""
 cd ~/.walk
-files() {{ find / \( -path /proc -o -path /sys -o -path /dev -o -path ~/.walk \) -prune \
-  -o -type f -readable "$@" -print0; }}
-files | tr -cd '\0' | wc -c
-# every readable file up to 1 MiB (above: shared libraries, fonts, wheels' data: counted);
+find / \( -path /proc -o -path /sys -o -path /dev -o -path ~/.walk \) -prune \
+  -o -type f -readable -fprint0 all -newerct @{since} -size -1025k -fprint0 read
+echo $(tr -cd '\0' < all | wc -c) $(tr -cd '\0' < read | wc -c) \
+  $(grep -zc '^{python}/' read) $(grep -zc '^{exchange}/' read)
 # hidden tests in none; solutions in none but the student's own files (their answers)
-files -size -1025k | xargs -0 grep -lF -f hidden --
-files -size -1025k ! -user {me} ! -group {me} | xargs -0 grep -lF -f solutions --
+xargs -0 grep -lF -f secrets -- < read
 true
 """
 
 
+def course_began() -> int:
+    """When the course's secrets could first exist anywhere: its first commit (committer
+    time), less a day for clocks that differ; 0 (all time) where git cannot say, as in a
+    shallow clone."""
+    git = ["git", "-C", str(REPO)]
+    shallow = subprocess.run([*git, "rev-parse", "--is-shallow-repository"],
+                             capture_output=True, text=True)  # fmt: skip
+    roots = subprocess.run([*git, "log", "--max-parents=0", "--format=%ct", "HEAD"],
+                           capture_output=True, text=True)  # fmt: skip
+    if shallow.stdout.strip() != "false" or roots.returncode or not roots.stdout.split():
+        return 0
+    return min(int(x) for x in roots.stdout.split()) - 86400
+
+
 def test_a_student_reads_no_secret_anywhere(hub):
-    """As a student, in the view their server runs in: every file they can read, walked and
-    counted; the ones holding a line of a hidden test, or of a solution (in a file that is
-    not the student's own work): none."""
+    """As a student, in the view their server runs in: every file they can read is walked
+    and counted, and every one of them that can hold course code is read: the ones holding
+    lines of a hidden test, or of a solution (in a file that is not the student's own
+    work): none.
+
+    A file is read unless its ctime is before the course's first commit. The kernel sets a
+    file's ctime to the current time at every change of its bytes or its inode (write,
+    truncate, rename, link, chmod, utime) and no unprivileged process can set it back, so
+    such a file has held the same bytes since before any line of the course existed: the
+    system image's own files (/usr/lib/google-cloud-sdk, 1980 here). Everything made since
+    is read: the hub's state (the accounts' Python, each file a new link of this
+    environment's, so a new ctime; the exchange), the homes, /tmp, /etc's changed files,
+    and any package installed since."""
     two = hub["students"][1]
     walk = Path(f"/home/{two}/.walk")
     walk.mkdir(exist_ok=True)
     hidden, solutions = secret_lines()
-    (walk / "hidden").write_text("\n".join(sorted(hidden)) + "\n")
-    (walk / "solutions").write_text("\n".join(sorted(solutions)) + "\n")
-    for path in (walk, walk / "hidden", walk / "solutions"):
+    (walk / "secrets").write_text("\n".join(sorted(hidden | solutions)) + "\n")
+    for path in (walk, walk / "secrets"):
         shutil.chown(path, two, two)
     started = time.monotonic()
-    result = as_account(hub, two, "/bin/sh", "-c", WALK.format(me=two))
+    script = WALK.format(since=course_began(), python=STATE / "python", exchange=STATE / "exchange")
+    result = as_account(hub, two, "/bin/sh", "-c", script)
     lines = result.stdout.split("\n")
-    readable, candidates = int(lines[0]), sorted({x for x in lines[1:] if x})
+    readable, read, in_python, in_exchange = (int(x) for x in lines[0].split())
+    candidates = sorted({x for x in lines[1:] if x})
     # a file holds secret code where it holds three or more of its lines: one or two are
     # a library's line that a hidden test also has (`warnings.simplefilter("ignore")`)
     held = {}
@@ -687,10 +705,11 @@ def test_a_student_reads_no_secret_anywhere(hub):
         mine = info.st_uid == account.pw_uid or info.st_gid == account.pw_gid  # their work
         held[name] = sorted(x for x in (hidden if mine else hidden | solutions) if x in text)
     holding = {name: found for name, found in held.items() if len(found) >= 3}
-    print(f"{two} reads {readable} files; {len(candidates)} share a line with a secret, "
-          f"{len(holding)} hold secret code ({time.monotonic() - started:.0f} s): "
-          f"{ {n: f[:2] for n, f in list(held.items())[:5]} }")  # fmt: skip
-    assert readable > 1000, result.stderr[-2000:]  # the walk walked
+    print(f"{two} can read {readable} files; {read} changed since the course began, read "
+          f"({in_python} of the accounts' Python, {in_exchange} of the exchange); "
+          f"{len(candidates)} share a line with a secret, {len(holding)} hold secret code "
+          f"({time.monotonic() - started:.0f} s): {dict(list(held.items())[:5])}")  # fmt: skip
+    assert readable > 1000 and in_python > 1000 and in_exchange > 0, result.stderr[-2000:]
     assert holding == {}, holding
     shutil.rmtree(walk)
 
@@ -706,8 +725,16 @@ done
 
 def test_collect_by_command_takes_no_forgery_nor_backdate_and_survives_a_race(hub):
     """nbgrader's own `collect --update`, as the instructor, while student 2 keeps adding
-    hand-ins named for student 1 (a race), after student 2 handed in late and backdated it."""
+    hand-ins named for student 1 (a race), after student 2 handed in late and backdated it,
+    and after a student who joined mid-term (`make hub-add-student`, the hub running) logged
+    in, fetched and handed in. Then that student leaves (`make hub-remove-student`): no
+    account, log-in, hand-in or gradebook row of theirs is left, and what the instructor
+    collected of them is kept for the record, out of the course's grading."""
+    from nbgrader.api import Gradebook
     from nbgrader.utils import parse_utc
+
+    from hub.cli import main as hub_command
+    from hub.cli import read_state
 
     instructor, (one, two) = hub["instructor"], hub["students"]
     inbound = Path(hub["exchange"]) / "inbound"
@@ -717,6 +744,14 @@ def test_collect_by_command_takes_no_forgery_nor_backdate_and_survives_a_race(hu
     mine = sorted(inbound.glob(f"{one}+{LAB}+*"))
     assert mine and (course / "submitted" / one / LAB).is_dir(), "the term did not run"
     before = checksums(course / "submitted" / one, *mine)
+
+    # a student joins while the hub runs: an account that logs in, fetches and hands in
+    three = "dgl-student3"
+    assert hub_command(["add-student", three, "--first=Ada", "--last=Lovelace"]) == 0
+    password = read_state()["passwords"][three]
+    assert http_log_in(hub, three, password)
+    nbgrader(hub, three, "fetch_assignment", LAB)
+    nbgrader(hub, three, "submit", LAB)
 
     # student 2 hands in now (late), then backdates it every way a student can
     handed = datetime.now(UTC).replace(tzinfo=None)
@@ -731,7 +766,10 @@ def test_collect_by_command_takes_no_forgery_nor_backdate_and_survives_a_race(hu
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        time.sleep(1)
+        deadline = time.monotonic() + 60  # collect while the race is on: once it has begun
+        while not list(inbound.glob(f"{one}+{LAB}+2099-02-01*")) and race.poll() is None:
+            assert time.monotonic() < deadline, "the race did not start"
+            time.sleep(0.05)
         said = nbgrader(hub, instructor, "collect", "--update", LAB)
     finally:
         Path(f"/home/{two}/.race-stop").touch()
@@ -743,6 +781,32 @@ def test_collect_by_command_takes_no_forgery_nor_backdate_and_survives_a_race(hu
     assert checksums(course / "submitted" / one, *mine) == before  # student 1's, untouched
     stamp = (course / "submitted" / two / LAB / "timestamp.txt").read_text()
     assert parse_utc(stamp) >= handed.replace(microsecond=0), (stamp, handed)
+
+    # the student who joined: collected, with their name in the gradebook; students have names
+    collected = course / "submitted" / three / LAB / f"{LAB}.ipynb"
+    assert collected.is_file(), said
+    kept_bytes = collected.read_bytes()
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        names = {s.id: (s.first_name, s.last_name) for s in gb.students}
+    assert names[three] == ("Ada", "Lovelace"), names
+    assert all(first and last for first, last in names.values()), names  # no "None, None"
+
+    # and leaves
+    assert hub_command(["remove-student", three]) == 0
+    assert not http_log_in(hub, three, password)
+    assert three not in Path("/etc/passwd").read_text() and not Path(f"/home/{three}").exists()
+    assert not list(inbound.glob(f"{three}+*"))
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        assert three not in {s.id for s in gb.students}
+    # what the instructor collected of them: out of submitted/ (no grading, no export
+    # counts them again), kept under removed/ with their gradebook row as it was
+    assert not (course / "submitted" / three).exists()
+    (record,) = (course / "removed").glob(f"{three}-*")
+    assert (record / "submitted" / LAB / f"{LAB}.ipynb").read_bytes() == kept_bytes
+    # (their gradebook row had no graded hand-in: collected, not yet autograded)
+    assert json.loads((record / "grades.json").read_text()) == []
+    assert pwd.getpwuid(record.stat().st_uid).pw_name == instructor
+    assert record.stat().st_mode & 0o077 == 0
 
 
 def _student_argv(hub: dict, name: str) -> list[str]:
@@ -769,6 +833,7 @@ def test_a_backup_restores_into_a_fresh_hub(hub, tmp_path):
     """`make hub-backup`, `make hub-destroy`, `make hub-restore FROM=...`, `make hub`: the
     same accounts and passwords, gradebook, hand-ins (and their times: collecting again
     changes nothing), feedback and homes."""
+    from hub.cli import main as hub_command
     from hub.cli import read_state
 
     course, (one, two) = Path(hub["course_root"]), hub["students"]
@@ -776,16 +841,12 @@ def test_a_backup_restores_into_a_fresh_hub(hub, tmp_path):
             course / "feedback", *(Path(f"/home/{n}") for n in hub["students"])]  # fmt: skip
     before = contents(*kept)
     archive = tmp_path / "term.tar.gz"
-    hub_command = [sys.executable, "-m", "hub"]
-    run = functools.partial(subprocess.run, cwd=REPO, capture_output=True, text=True,
-                            timeout=600)  # fmt: skip
-    assert run([*hub_command, "backup", f"--to={archive}"]).returncode == 0
+    assert hub_command(["backup", f"--to={archive}"]) == 0  # what `make hub-backup` runs
     stop_hub(hub["proc"])
-    assert run([*hub_command, "destroy"]).returncode == 0
+    assert hub_command(["destroy"]) == 0
     assert not STATE.exists() and not Path(f"/home/{one}").exists()
     started = time.monotonic()
-    said = run([*hub_command, "restore", str(archive)])
-    assert said.returncode == 0, said.stderr[-2000:]
+    assert hub_command(["restore", str(archive)]) == 0
     hub["proc"], took = start_hub(hub["log"], hub["port"])
     print(f"restored and usable after {time.monotonic() - started:.0f} s")
     assert read_state()["passwords"] == hub["passwords"]
