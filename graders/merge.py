@@ -81,12 +81,14 @@ def merge(root: Path, student: str, lab: str, result: Result) -> None:
         write_file(root, "autograded", student, lab, f"{name}.ipynb", text.encode())
     for name, html in (result.get("feedback") or {}).items():
         write_file(root, "feedback", student, lab, f"{name}.html", html.encode())
-    # nbgrader's release_feedback reads feedback/<student>/<lab>/timestamp.txt, which its own
-    # autograde and generate_feedback copy from the collected hand-in: the same here
-    stamp = root / "submitted" / student / lab / "timestamp.txt"
-    if stamp.is_file() and not stamp.is_symlink() and stamp.stat().st_size < 4096:
-        for kind in ("autograded", "feedback"):
-            write_file(root, kind, student, lab, "timestamp.txt", stamp.read_bytes())
+    # nbgrader's release_feedback reads feedback/<student>/<lab>/timestamp.txt and
+    # submission_secret.txt (the name of the student's feedback page in the exchange), which
+    # its own autograde and generate_feedback copy from the collected hand-in: the same here
+    for name in ("timestamp.txt", "submission_secret.txt"):
+        kept = root / "submitted" / student / lab / name
+        if kept.is_file() and not kept.is_symlink() and kept.stat().st_size < 4096:
+            for kind in ("autograded", "feedback"):
+                write_file(root, kind, student, lab, name, kept.read_bytes())
 
 
 def record_failure(root: Path, student: str, lab: str) -> None:

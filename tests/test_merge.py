@@ -64,3 +64,25 @@ def test_files_are_never_written_through_a_link(tmp_path):
     assert written == root / "feedback" / "ann" / "lab1" / "lab1.html"
     assert not (root / "feedback").is_symlink() and written.read_bytes() == b"page"
     assert list(elsewhere.iterdir()) == []
+
+
+def test_the_hand_ins_timestamp_and_secret_go_beside_its_feedback_never_a_link(tmp_path):
+    """nbgrader's release_feedback reads timestamp.txt and submission_secret.txt beside each
+    feedback page (its own autograde copies them from the collected hand-in); a link there,
+    or an oversized file, is not followed."""
+    small_gradebook(tmp_path)
+    handed_in = tmp_path / "submitted" / "a b*" / "lab1"
+    handed_in.mkdir(parents=True)
+    (handed_in / "timestamp.txt").write_text("2024-01-02 10:00:00.000000 UTC")
+    (tmp_path / "elsewhere.txt").write_text("not the student's")
+    (handed_in / "submission_secret.txt").symlink_to(tmp_path / "elsewhere.txt")
+    merge.merge(tmp_path, "a b*", "lab1", result(t1=2.0))
+    for kind in ("autograded", "feedback"):
+        beside = tmp_path / kind / "a b*" / "lab1"
+        assert (beside / "timestamp.txt").read_text() == "2024-01-02 10:00:00.000000 UTC"
+        assert not (beside / "submission_secret.txt").exists()  # a link: not followed
+    (handed_in / "submission_secret.txt").unlink()
+    (handed_in / "submission_secret.txt").write_text("ab" * 64)
+    merge.merge(tmp_path, "a b*", "lab1", result(t1=2.0))
+    page = tmp_path / "feedback" / "a b*" / "lab1"
+    assert (page / "submission_secret.txt").read_text() == "ab" * 64
