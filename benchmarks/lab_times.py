@@ -25,7 +25,7 @@ from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 
 from graders.build import source_notebook
-from graders.course import LABS, REPO, SOLUTIONS, prepare_data, unknown_labs
+from graders.config.course import LABS, REPO, SOLUTIONS, prepare_data, unknown_labs
 from graders.demo import declared_class, student_notebook
 
 

@@ -22,8 +22,9 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from graders import colab, gradebook, nbgrader_cli
-from graders.course import (
+from graders import gradebook
+from graders.config import colab, nbgrader_cli
+from graders.config.course import (
     ASSIGNMENTS_DIR,
     LABS,
     REPO,

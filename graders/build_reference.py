@@ -122,7 +122,7 @@ def prepare_references(root: Path, labs: list[str], workers: int | None = None) 
     build/reference/ (`make build` does this, so that grading a class only reads them)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from graders.course import notebooks, prepare_data
+    from graders.config.course import notebooks, prepare_data
 
     os.environ.update(prepare_data(labs))
     where = references.folder(root)

@@ -37,7 +37,7 @@ from pathlib import Path
 import nbformat
 
 from graders.build import SourceError, build, source_notebook
-from graders.course import LABS, SOLUTIONS, unknown_labs
+from graders.config.course import LABS, SOLUTIONS, unknown_labs
 from graders.demo import Student, answer_ids, student_notebook
 from graders.verdict import failures
 

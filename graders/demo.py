@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 
 from graders.build import SourceError, build, source_notebook
-from graders.course import LABS, REPO, SOLUTIONS, unknown_labs
+from graders.config.course import LABS, REPO, SOLUTIONS, unknown_labs
 from graders.verdict import failures
 
 CRASH_LINE = "pirnt('starting exercise')  # a typo: NameError before anything else runs\n"

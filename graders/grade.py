@@ -55,7 +55,7 @@ from graders.class_run import (
     table,
     write_timings,
 )
-from graders.course import LABS, REPO, notebooks, prepare_data, unknown_labs
+from graders.config.course import LABS, REPO, notebooks, prepare_data, unknown_labs
 from graders.export import export_grades
 from graders.gradelog import LogEntry
 from graders.intake import HandIn, Problem
@@ -201,7 +201,7 @@ def grade_own(root: Path, assignment: str, students, run: ClassRun, feedback: bo
     (the sandbox, its released files and budgets per notebook, the judge), one hand-in at a
     time. A hand-in nbgrader cannot grade is recorded as 0, flagged and listed with nbgrader's
     reason; the others are graded."""
-    from graders.nbgrader_cli import make_api_factory, this_python_first
+    from graders.config.nbgrader_cli import make_api_factory, this_python_first
     from graders.task import failure_reason
 
     api = make_api_factory(REPO / "nbgrader_config.py")(str(root), {})

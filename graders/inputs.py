@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from graders import gradebook, gradelog, references
-from graders.course import REPO
+from graders.config.course import REPO
 from graders.intake import HandIn
 from graders.wire import Course
 

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from graders.course import REPO
+from graders.config.course import REPO
 from graders.report_data import read_course
 from graders.report_html import Files, write_page
 from graders.report_labs import lab_section

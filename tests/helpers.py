@@ -34,7 +34,7 @@ from graders import gradebook, references
 from graders.build import build, source_notebook
 from graders.build_reference import prepare_references
 from graders.catalogue import Variant, catalogue
-from graders.course import REPO
+from graders.config.course import REPO
 from graders.demo import (
     Student,
     answer_ids,

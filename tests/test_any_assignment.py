@@ -27,7 +27,7 @@ import pytest
 
 from graders.build import build
 from graders.build_reference import prepare_references
-from graders.nbgrader_cli import nbgrader_env
+from graders.config.nbgrader_cli import nbgrader_env
 from graders.overwrite import MALFORMED
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from graders.build import SourceError, full_nbgrader_metadata, main, source_notebook
-from graders.course import LABS, REPO
+from graders.config.course import LABS, REPO
 
 
 def release_path(lab):

@@ -8,7 +8,7 @@ import pytest
 
 from graders import torch_errors
 from graders.catalogue import catalogue
-from graders.course import LABS, REPO
+from graders.config.course import LABS, REPO
 from graders.demo import answer_ids, answer_sources
 
 NOT_A_CHECKS_WORDS = ("A visible check stopped at line", "A visible check failed with")

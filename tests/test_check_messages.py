@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from graders.course import LABS, REPO
+from graders.config.course import LABS, REPO
 from graders.judge import message_template
 
 MIN_WORDS = 8

@@ -1,5 +1,5 @@
-"""graders/colab.py: every Open-in-Colab link, in the README and at the top of each lab, opens
-that lab's release notebook in the repository that course.toml names."""
+"""graders/config/colab.py: every Open-in-Colab link, in the README and at the top of each lab,
+opens that lab's release notebook in the repository that course.toml names."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import subprocess
 import nbformat
 import pytest
 
-from graders import colab
-from graders.course import LABS, REPO
+from graders.config import colab
+from graders.config.course import LABS, REPO
 
 LINK = re.compile(r"https://colab\.research\.google\.com/github/[^)\s]+")
 

@@ -10,7 +10,7 @@ import csv
 
 from test_catalogue import counted, failure_sentences
 
-from graders.course import LABS
+from graders.config.course import LABS
 from graders.demo import declared_class, score_mismatches
 
 

@@ -8,9 +8,9 @@ from datetime import datetime
 
 import pytest
 
-from graders.course import REPO
+from graders.config.course import REPO
+from graders.config.nbgrader_cli import nbgrader
 from graders.export import export_grades
-from graders.nbgrader_cli import nbgrader
 
 
 @pytest.mark.filterwarnings("ignore:.*not in session")  # nbgrader's add_submission

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 
-from graders.course import LABS, REPO, lab_source
+from graders.config.course import LABS, REPO, lab_source
 from graders.feedback import TemplateFeedback
 
 

@@ -16,7 +16,7 @@ import pytest
 from helpers import reference_cache, share_references
 
 from graders.build import build
-from graders.course import REPO
+from graders.config.course import REPO
 from graders.demo import declared_class, write_class
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from graders.course import LABS
+from graders.config.course import LABS
 
 
 def test_labs_whose_solution_ran_longest_are_graded_first(course, graded, tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from graders import intake
-from graders.course import REPO
+from graders.config.course import REPO
 
 LAB = "lab02_backprop"
 RELEASE = REPO / "labs" / LAB / f"{LAB}.ipynb"

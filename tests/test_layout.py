@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from graders.course import REPO
+from graders.config.course import REPO
 
 GRADING = {"engine", "dispatch", "task", "sandbox", "sandbox_kernel", "judge", "zygote", "grade"}
 

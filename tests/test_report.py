@@ -28,7 +28,7 @@ from helpers import LATE, ODD, ON_TIME
 from helpers import REPORT_LABS as LABS
 
 from graders.class_run import read_scores
-from graders.course import REPO
+from graders.config.course import REPO
 from graders.grade import grade_class
 from graders.gradelog import GRADING_LOG
 from graders.report import build_report

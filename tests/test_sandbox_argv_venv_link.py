@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from graders import sandbox
-from graders.course import REPO
+from graders.config.course import REPO
 
 pytestmark = [
     pytest.mark.skipif(sandbox.available() is not None, reason="needs bubblewrap"),

@@ -36,7 +36,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from traitlets.config import Config
 
 from graders import sandbox, sandbox_host, sandbox_kernel, task
-from graders.course import REPO
+from graders.config.course import REPO
 
 pytestmark = [
     pytest.mark.skipif(sandbox.available() is not None, reason="needs bubblewrap"),

@@ -9,7 +9,7 @@ import re
 import time
 
 from graders import torch_errors
-from graders.course import REPO
+from graders.config.course import REPO
 from graders.shown_values import capacity_bits, fill
 
 GROW = ["grow(model, Adam, 3) raised an error before it returned a model (the error: ", None,

@@ -20,7 +20,7 @@ from hostile_class import (
 )
 
 from graders import sandbox_argv, sandbox_host
-from graders.course import REPO, SOLUTIONS
+from graders.config.course import REPO, SOLUTIONS
 from graders.demo import declared_class
 
 

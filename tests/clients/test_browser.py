@@ -26,7 +26,7 @@ import pytest
 from helpers import OUTPUT_PX, free_port
 
 from graders.build import source_notebook
-from graders.course import REPO
+from graders.config.course import REPO
 from graders.demo import declared_class, student_notebook
 from graders.report import build_report
 

@@ -20,7 +20,7 @@ from helpers import reference_cache, share_references
 
 from graders.build import build
 from graders.class_run import read_scores
-from graders.course import REPO
+from graders.config.course import REPO
 from graders.demo import write_class
 from graders.gradelog import GRADING_LOG
 

@@ -43,7 +43,7 @@ import nbformat
 import pytest
 
 from graders.build import source_notebook
-from graders.course import REPO
+from graders.config.course import REPO
 from graders.demo import declared_class, student_notebook
 
 STATE = Path(os.environ.get("COURSE_HUB_STATE", "/srv/dgl-hub"))

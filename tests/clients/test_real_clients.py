@@ -47,7 +47,7 @@ from nbgrader.api import Gradebook
 
 from graders import sandbox, sandbox_argv, sandbox_host
 from graders.build import source_notebook, write_sources
-from graders.course import LABS, REPO, lab_source
+from graders.config.course import LABS, REPO, lab_source
 from graders.demo import declared_class, student_notebook
 from graders.judge import BEGIN, ENVIRONMENT
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SOLUTIONS = REPO / "solutions"
 # An instructor's own assignments: ordinary nbgrader source notebooks written in Jupyter (any
 # number, any names), with the files and folders they read, in assignments/<name>/. `make

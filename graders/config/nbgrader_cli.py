@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from graders.course import REPO
+from graders.config.course import REPO
 
 
 def nbgrader_env(env: dict | None = None) -> dict[str, str]:

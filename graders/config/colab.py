@@ -14,7 +14,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from graders.course import REPO, lab_source
+from graders.config.course import REPO, lab_source
 
 SETTINGS = REPO / "course.toml"
 README = REPO / "README.md"
