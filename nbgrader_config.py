@@ -94,7 +94,7 @@ c.Autograde.autograde_preprocessors = [
 ]
 
 # grades.csv: nbgrader's columns, quoted as CSV needs (any student folder name is one field).
-c.ExportApp.plugin_class = "graders.export.QuotedCsvExport"
+c.ExportApp.plugin_class = "graders.formats.export.QuotedCsvExport"
 
 # Feedback shows the judge's sentence for each check, never hidden code or kernel output.
 c.GenerateFeedback.preprocessors = [

@@ -22,7 +22,6 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from graders import gradebook
 from graders.config import colab, nbgrader_cli
 from graders.config.course import (
     ASSIGNMENTS_DIR,
@@ -33,6 +32,7 @@ from graders.config.course import (
     own_assignments,
     unknown_labs,
 )
+from graders.formats import gradebook
 
 NBGRADER_SCHEMA = 3
 SHORT_KEYS = {"grade_id", "solution", "grade", "points", "locked", "task"}

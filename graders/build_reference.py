@@ -15,10 +15,10 @@ from pathlib import Path
 
 import nbformat
 
-from graders import references
-from graders.budgets import CellTime, cell_times
-from graders.records import Observations, records, test_cells
-from graders.references import ReferenceFile
+from graders.formats import references
+from graders.formats.budgets import CellTime, cell_times
+from graders.formats.records import Observations, records, test_cells
+from graders.formats.references import ReferenceFile
 from graders.sandbox_argv import KERNEL_SIDE, KERNEL_THREADS
 
 

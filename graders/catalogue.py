@@ -39,7 +39,7 @@ import nbformat
 from graders.build import SourceError, build, source_notebook
 from graders.config.course import LABS, SOLUTIONS, unknown_labs
 from graders.demo import Student, answer_ids, student_notebook
-from graders.verdict import failures
+from graders.formats.verdict import failures
 
 KINDS = {"wrong", "correct"}
 KEYS = {"exercise", "kind", "loses", "why", "code", "alone"}

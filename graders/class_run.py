@@ -8,7 +8,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from graders import gradebook
+from graders.formats import gradebook
 from graders.intake import Problem
 
 TIMINGS = "timings.csv"

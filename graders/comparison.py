@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from graders.records import Record
+from graders.formats.records import Record
 
 DTYPES = {f"torch.{name}" for name in (
     "float16", "float32", "float64", "bfloat16", "complex64", "complex128", "int8", "int16",

@@ -23,7 +23,7 @@ import nbformat
 
 from graders.build import SourceError, build, source_notebook
 from graders.config.course import LABS, REPO, SOLUTIONS, unknown_labs
-from graders.verdict import failures
+from graders.formats.verdict import failures
 
 CRASH_LINE = "pirnt('starting exercise')  # a typo: NameError before anything else runs\n"
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 
 from graders import engine
 from graders.class_run import ClassRun
+from graders.formats.wire import Course, Job, Result
 from graders.intake import HandIn
-from graders.wire import Course, Job, Result
 
 SPAWN_WAIT_S = 30  # past this, the local cluster's workers are awaited without grading here
 JUPYTER_VARIABLES = ("JUPYTER_PATH", "JUPYTER_RUNTIME_DIR")  # graders.task sets them per task

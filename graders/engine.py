@@ -27,7 +27,7 @@ from pathlib import Path
 from traitlets import Unicode
 from traitlets.config import Configurable
 
-from graders.wire import Course, Job, Result
+from graders.formats.wire import Course, Job, Result
 
 ENV = "COURSE_DASK_SCHEDULER"
 # A grading task waits on its kernel; Dask's statistical profiler would sample that wait every

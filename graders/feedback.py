@@ -29,7 +29,7 @@ from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 from nbgrader.preprocessors import ClearHiddenTests
 from nbgrader.utils import is_grade, is_solution
 
-from graders.verdict import VERDICT
+from graders.formats.verdict import VERDICT
 
 NOTE = (
     "**Feedback.** Each check below says whether it passed, or what it found wrong. "

@@ -44,7 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from graders import dispatch, engine, gradebook, gradelog, inputs, intake, merge, sandbox_host
+from graders import dispatch, engine, inputs, intake, merge, sandbox_host
 from graders.build_reference import prepare_references
 from graders.class_run import (
     TIMINGS,
@@ -56,12 +56,13 @@ from graders.class_run import (
     write_timings,
 )
 from graders.config.course import LABS, REPO, notebooks, prepare_data, unknown_labs
-from graders.export import export_grades
-from graders.gradelog import LogEntry
+from graders.formats import gradebook, gradelog
+from graders.formats.export import export_grades
+from graders.formats.gradelog import LogEntry
+from graders.formats.wire import Job, Result
 from graders.intake import HandIn, Problem
 from graders.sandbox_argv import available
 from graders.task import assignments_only
-from graders.wire import Job, Result
 
 
 def _intake(root: Path, labs: list[str], students: list[str] | None, run: ClassRun) -> list[HandIn]:

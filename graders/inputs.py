@@ -10,10 +10,10 @@ import hashlib
 import json
 from pathlib import Path
 
-from graders import gradebook, gradelog, references
 from graders.config.course import REPO
+from graders.formats import gradebook, gradelog, references
+from graders.formats.wire import Course
 from graders.intake import HandIn
-from graders.wire import Course
 
 
 def _sha(data: bytes | str) -> str:

@@ -38,7 +38,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.utils import is_grade
 from traitlets import Unicode
 
-from graders import references, torch_errors, wire
+from graders import torch_errors
 from graders.check_source import (
     assert_parts,
     joined,
@@ -47,10 +47,11 @@ from graders.check_source import (
     message_template,  # noqa: F401 - its name here is used too
 )
 from graders.comparison import first_difference
-from graders.records import Malformed, Observations, Record, cell_records, test_cells
+from graders.formats import references, wire
+from graders.formats.records import Malformed, Observations, Record, cell_records, test_cells
+from graders.formats.verdict import VERDICT, Kind, Verdict
 from graders.shown_values import MAX_NUMBERS, fill
 from graders.torch_errors import Budget
-from graders.verdict import VERDICT, Kind, Verdict
 
 BEGIN, END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
 

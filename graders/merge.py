@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from graders import gradebook
-from graders.wire import Result
+from graders.formats import gradebook
+from graders.formats.wire import Result
 
 
 @contextmanager

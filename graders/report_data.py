@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from graders import gradebook, gradelog
-from graders.gradelog import GRADING_LOG, LogEntry
+from graders.formats import gradebook, gradelog
+from graders.formats.gradelog import GRADING_LOG, LogEntry
 
 
 @dataclass

@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 from urllib.parse import quote
 
-from graders.gradelog import GRADING_LOG
+from graders.formats.gradelog import GRADING_LOG
 from graders.report_charts import histogram_png, pass_rate_png
 from graders.report_data import ClassData, Lab
 from graders.report_html import (

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-from graders.gradelog import GRADING_LOG
+from graders.formats.gradelog import GRADING_LOG
 from graders.report_charts import times_png
 from graders.report_data import ClassData
 from graders.report_html import (

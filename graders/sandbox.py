@@ -61,7 +61,7 @@ from nbclient.exceptions import CellTimeoutError
 from nbgrader.preprocessors import Execute
 from traitlets import Dict, Float, Unicode
 
-from graders import budgets, references
+from graders.formats import budgets, references
 from graders.sandbox_argv import available
 from graders.sandbox_kernel import SandboxKernelManager, Settings
 

@@ -30,7 +30,6 @@ import nbformat
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
-from graders import gradebook, references
 from graders.build import build, source_notebook
 from graders.build_reference import prepare_references
 from graders.catalogue import Variant, catalogue
@@ -43,9 +42,10 @@ from graders.demo import (
     student_notebook,
     write_class,
 )
+from graders.formats import gradebook, references
+from graders.formats.records import MIME
 from graders.grade import grade_class
 from graders.kernel.grader_observe import encode
-from graders.records import MIME
 
 REPORT_LABS = ["lab02_backprop", "lab03_accumulation"]  # the two fastest labs to grade
 ODD = '<b>Ann & "O\'Neil" #1 50%?'  # a student folder name with HTML and URL characters

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from graders import budgets
-from graders.budgets import Budget, CellTime, Policy, digest, plan, words
+from graders.formats import budgets
+from graders.formats.budgets import Budget, CellTime, Policy, digest, plan, words
 
 POLICY = Policy(multiple=10, floor_s=5, first_floor_s=30, notebook_floor_s=60)
 

@@ -205,7 +205,7 @@ def test_changing_the_graded_cells_of_a_graded_lab_is_refused_in_plain_words(tmp
     """nbgrader keeps a lab's graded cells fixed once it has hand-ins: the build says so and
     what to do, not nbgrader's traceback."""
     import graders.build
-    from graders import gradebook
+    from graders.formats import gradebook
 
     source = tmp_path / "labx.py"
     monkeypatch.setattr(graders.build, "lab_source", lambda lab: source)

@@ -6,7 +6,7 @@ import json
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
-from graders import references
+from graders.formats import references
 
 TIMED = {"id": "a", "grade_id": None, "source": "d", "seconds": 0.5}
 

@@ -10,7 +10,7 @@ import pytest
 
 from graders.config.course import REPO
 from graders.config.nbgrader_cli import nbgrader
-from graders.export import export_grades
+from graders.formats.export import export_grades
 
 
 @pytest.mark.filterwarnings("ignore:.*not in session")  # nbgrader's add_submission

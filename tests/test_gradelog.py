@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from graders import gradelog
-from graders.gradelog import GRADING_LOG, LogEntry
+from graders.formats import gradelog
+from graders.formats.gradelog import GRADING_LOG, LogEntry
 
 
 def entry(student: str, lab: str, key: str, ok: bool = True) -> LogEntry:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from helpers import small_gradebook
 
-from graders import gradebook, merge
-from graders.wire import Result
+from graders import merge
+from graders.formats import gradebook
+from graders.formats.wire import Result
 
 
 def result(**autos) -> Result:

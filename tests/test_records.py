@@ -6,7 +6,7 @@ import json
 import pytest
 from helpers import display_output, graded_cell, record
 
-from graders.records import Malformed, cell_records, parse_record
+from graders.formats.records import Malformed, cell_records, parse_record
 
 
 @pytest.mark.parametrize(

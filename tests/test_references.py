@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from graders import references
-from graders.references import ReferenceFile
+from graders.formats import references
+from graders.formats.references import ReferenceFile
 
 
 def test_a_reference_file_is_read_back_as_written(tmp_path):

@@ -29,8 +29,8 @@ from helpers import REPORT_LABS as LABS
 
 from graders.class_run import read_scores
 from graders.config.course import REPO
+from graders.formats.gradelog import GRADING_LOG
 from graders.grade import grade_class
-from graders.gradelog import GRADING_LOG
 from graders.report import build_report
 from graders.report_page import WIDE_CSV
 

@@ -32,7 +32,7 @@ def test_the_graders_settings_reach_every_kernel_through_nbgraders_configuration
     variable: the kernel manager nbclient makes gets them (the kernel's extra variables), and
     the seconds the kernel took to start come back in the timings file
     they name."""
-    from graders.wire import read_timings
+    from graders.formats.wire import read_timings
 
     runtime = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))  # short: the kernel's sockets
     timings = tmp_path / "timings.jsonl"
@@ -54,7 +54,7 @@ def test_the_graders_settings_reach_every_kernel_through_nbgraders_configuration
 
 def timed_reference(folder: Path, lab: str, nb, seconds: float) -> None:
     """A reference file for `lab` in which every code cell of `nb` took `seconds`."""
-    from graders import budgets, references
+    from graders.formats import budgets, references
 
     cells = [
         budgets.CellTime(
@@ -195,7 +195,7 @@ def test_each_notebook_of_an_assignment_has_its_own_budgets(tmp_path):
     assignment. Here the instructor's own check in `project` takes 2 s and the quiz's cells
     0.1 s: the project's cell gets 2 x 2 s and finishes; under the quiz's budgets (or a floor)
     it would be stopped at 1 s and its check blamed on the student."""
-    from graders import budgets, references
+    from graders.formats import budgets, references
 
     project = new_notebook(
         cells=[new_code_cell("x = 1", id="setup"), graded_cell("import time\ntime.sleep(2.5)", "t")]

@@ -1,6 +1,6 @@
 """graders/verdict.py: the lines `--sentences` prints under a graded hand-in."""
 
-from graders.verdict import failures
+from graders.formats.verdict import failures
 
 
 def test_failures_lists_the_checks_that_did_not_pass_in_notebook_order():

@@ -3,7 +3,7 @@ file is summed by phase, and a line that is not a timing (or a missing file) cos
 
 from __future__ import annotations
 
-from graders import wire
+from graders.formats import wire
 
 
 def test_timings_are_summed_by_phase_and_bad_lines_skipped(tmp_path):

@@ -23,7 +23,8 @@ from hostile_class import (
     write_notebook,
 )
 
-from graders import budgets, references, sandbox_kernel
+from graders import sandbox_kernel
+from graders.formats import budgets, references
 from graders.grade import grade_class
 
 

@@ -22,7 +22,7 @@ from graders.build import build
 from graders.class_run import read_scores
 from graders.config.course import REPO
 from graders.demo import write_class
-from graders.gradelog import GRADING_LOG
+from graders.formats.gradelog import GRADING_LOG
 
 LABS = ["lab01_graph"]  # its demo class: 9 hand-ins, of the lab whose notebook runs quickest
 DASK = str(Path(sys.executable).parent / "dask")

@@ -22,8 +22,8 @@ import os
 from pathlib import Path
 from typing import TypedDict
 
-from graders.budgets import CellTime
-from graders.records import Observations
+from graders.formats.budgets import CellTime
+from graders.formats.records import Observations
 
 VERSION = 2  # 2: per-cell times (``cells``) for the time budgets
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
-from graders.records import Observations
+from graders.formats.records import Observations
 
 
 class Course(TypedDict):
