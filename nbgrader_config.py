@@ -80,8 +80,8 @@ c.LimitOutput.max_lines = 1000
 c.Autograde.autograde_preprocessors = [
     # nbgrader's Execute, each kernel in a sandbox; a class run (graders/task.py) adds its
     # settings (budget, data, runtime folder) as c.SandboxedExecute.settings
-    "graders.sandbox.SandboxedExecute",
-    "graders.limits.CapOutputSize",  # characters and bytes, not only lines
+    "graders.sandbox.sandbox.SandboxedExecute",
+    "graders.sandbox.limits.CapOutputSize",  # characters and bytes, not only lines
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
     # Every test cell's verdict, decided here and not in the kernel: its records against the

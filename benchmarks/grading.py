@@ -54,12 +54,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from graders.build import build  # noqa: E402
-from graders.build_reference import prepare_references  # noqa: E402
 from graders.config.course import LABS, prepare_data  # noqa: E402
 from graders.config.nbgrader_cli import nbgrader  # noqa: E402
 from graders.demo import write_class  # noqa: E402
 from graders.grade import grade_class, read_scores, worker_count  # noqa: E402
 from graders.inputs import course_inputs  # noqa: E402
+from graders.sandbox.build_reference import prepare_references  # noqa: E402
 from graders.task import assignments_only, run  # noqa: E402
 
 
@@ -136,7 +136,7 @@ def bare_run(notebook: Path) -> float:
     import nbformat
     from nbclient import NotebookClient
 
-    from graders.sandbox_argv import KERNEL_SIDE, KERNEL_THREADS
+    from graders.sandbox.sandbox_argv import KERNEL_SIDE, KERNEL_THREADS
 
     nb = nbformat.read(notebook, as_version=4)
     env = dict(os.environ, NBGRADER_EXECUTION="autograde", PYTHONPATH=str(KERNEL_SIDE))

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from graders.sandbox_argv import KERNEL_THREADS
+from graders.sandbox.sandbox_argv import KERNEL_THREADS
 
 STEPS = r"""
 import json, sys, time

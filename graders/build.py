@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         print("README.md: the lab table written anew")
     print(f"built {len(args.labs or everything)} assignment(s) into {release.relative_to(REPO)}/")
     if not args.no_reference:
-        from graders.build_reference import prepare_references
+        from graders.sandbox.build_reference import prepare_references
 
         start = time.monotonic()
         prepare_references(REPO, args.labs or everything)

@@ -44,8 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from graders import dispatch, engine, inputs, intake, merge, sandbox_host
-from graders.build_reference import prepare_references
+from graders import dispatch, engine, inputs, intake, merge
 from graders.class_run import (
     TIMINGS,
     ClassRun,
@@ -61,7 +60,9 @@ from graders.formats.export import export_grades
 from graders.formats.gradelog import LogEntry
 from graders.formats.wire import Job, Result
 from graders.intake import HandIn, Problem
-from graders.sandbox_argv import available
+from graders.sandbox import sandbox_host
+from graders.sandbox.build_reference import prepare_references
+from graders.sandbox.sandbox_argv import available
 from graders.task import assignments_only
 
 

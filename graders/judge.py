@@ -309,7 +309,7 @@ class JudgeRecords(NbGraderPreprocessor):
         source = Path(coursedir.format_path(coursedir.source_directory, ".", lab))
         source = source / f"{notebook}.ipynb"
         if source.is_file():  # plain nbgrader in the repository: made again if stale
-            from graders.build_reference import cached_reference
+            from graders.sandbox.build_reference import cached_reference
 
             return cached_reference(source, file)
         try:  # no source notebook here: the records made with it, as they are

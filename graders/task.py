@@ -29,12 +29,12 @@ from pathlib import Path
 
 import nbformat
 
-from graders import sandbox_host, sandbox_kernel
 from graders.config.nbgrader_cli import make_api_factory
 from graders.formats import gradebook, references, wire
 from graders.formats.verdict import VERDICT
 from graders.formats.wire import Course, LocalJob, Result, Scores
-from graders.sandbox_argv import KERNEL_THREADS
+from graders.sandbox import sandbox_host, sandbox_kernel
+from graders.sandbox.sandbox_argv import KERNEL_THREADS
 
 # nbgrader's add_submission trips a harmless SQLAlchemy autoflush warning in every task; in a
 # Dask worker it would reach the instructor's terminal once per hand-in

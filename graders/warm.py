@@ -9,5 +9,5 @@ import nbgrader.apps  # noqa: F401 - autograde and generate_feedback
 
 import graders.feedback  # noqa: F401
 import graders.judge  # noqa: F401
-import graders.sandbox  # noqa: F401
+import graders.sandbox.sandbox  # noqa: F401
 import graders.task  # noqa: F401

@@ -26,9 +26,9 @@ import nbgrader
 import pytest
 
 from graders.build import build
-from graders.build_reference import prepare_references
 from graders.config.nbgrader_cli import nbgrader_env
 from graders.overwrite import MALFORMED
+from graders.sandbox.build_reference import prepare_references
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ TIMED = {"id": "a", "grade_id": None, "source": "d", "seconds": 0.5}
 
 def test_the_reference_is_made_again_when_the_recorder_changes(tmp_path, monkeypatch):
     """The cached reference is stale when graders/kernel/ changes (how values are recorded)."""
-    from graders import build_reference
+    from graders.sandbox import build_reference
 
     kernel = tmp_path / "kernel"
     kernel.mkdir()
@@ -38,7 +38,7 @@ def test_the_reference_is_made_again_when_the_recorder_changes(tmp_path, monkeyp
 def test_a_reference_of_the_older_format_is_made_again(tmp_path, monkeypatch):
     """A file without per-cell times (version 1) is made again, with them; so is every file
     when the format's version changes."""
-    from graders import build_reference
+    from graders.sandbox import build_reference
 
     runs = []
     cells = [{"id": "a", "grade_id": None, "source": "d", "seconds": 0.5}]
@@ -66,7 +66,7 @@ def test_a_reference_of_the_older_format_is_made_again(tmp_path, monkeypatch):
 def test_each_code_cell_of_the_solution_is_timed_under_grading_conditions(tmp_path):
     """The reference run times every code cell (the budgets follow from it) with
     NBGRADER_EXECUTION set, as when a hand-in is graded (labs 5 and 7 train shorter then)."""
-    from graders.build_reference import reference_run
+    from graders.sandbox.build_reference import reference_run
 
     nb = new_notebook(
         cells=[

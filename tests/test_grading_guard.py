@@ -20,8 +20,8 @@ import platform
 import pytest
 from helpers import forked, printed_line, sandbox_client
 
-from graders import sandbox, zygote
-from graders.sandbox_argv import kernel_side
+from graders.sandbox import sandbox, zygote
+from graders.sandbox.sandbox_argv import kernel_side
 
 guard = kernel_side("grading_guard")
 pytestmark = [

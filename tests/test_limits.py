@@ -7,7 +7,7 @@ from __future__ import annotations
 import nbformat
 from nbformat.v4 import new_output
 
-from graders.limits import CapOutputSize
+from graders.sandbox.limits import CapOutputSize
 
 
 def test_long_text_is_cut_and_large_data_dropped():

@@ -19,7 +19,7 @@ from helpers import stream_text
 from nbformat.v4 import new_code_cell, new_notebook
 from traitlets.config import Config
 
-from graders import sandbox
+from graders.sandbox import sandbox
 
 pytestmark = [
     pytest.mark.skipif(sandbox.available() is not None, reason="needs bubblewrap"),

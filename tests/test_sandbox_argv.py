@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from graders import sandbox_argv
+from graders.sandbox import sandbox_argv
 
 NOBODY = 65534
 

@@ -14,7 +14,7 @@ import pytest
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
-from graders import sandbox, sandbox_argv, sandbox_kernel
+from graders.sandbox import sandbox, sandbox_argv, sandbox_kernel
 
 pytestmark = pytest.mark.timeout(300)
 

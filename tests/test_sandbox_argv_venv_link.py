@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from graders import sandbox
 from graders.config.course import REPO
+from graders.sandbox import sandbox
 
 pytestmark = [
     pytest.mark.skipif(sandbox.available() is not None, reason="needs bubblewrap"),
@@ -28,7 +28,7 @@ import json, os, sys
 from pathlib import Path
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
-from graders import sandbox_kernel
+from graders.sandbox import sandbox_kernel
 jupyter = Path(sys.argv[1])
 sandbox_kernel.write_kernelspec(jupyter)
 os.environ["JUPYTER_PATH"] = str(jupyter)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from graders import sandbox_argv, sandbox_host
+from graders.sandbox import sandbox_argv, sandbox_host
 
 
 def test_the_memory_groups_set_their_limits():

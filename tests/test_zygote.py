@@ -32,7 +32,7 @@ import os
 import pytest
 from helpers import forked, printed_line, sandbox_client, stream_text
 
-from graders import sandbox, zygote
+from graders.sandbox import sandbox, zygote
 
 pytestmark = [
     pytest.mark.skipif(sandbox.available() is not None, reason="needs bubblewrap"),

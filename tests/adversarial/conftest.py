@@ -29,9 +29,9 @@ from hostile_class import (
 )
 
 from graders.build import build
-from graders.build_reference import prepare_references
 from graders.demo import write_class
 from graders.grade import grade_class
+from graders.sandbox.build_reference import prepare_references
 
 
 @contextmanager

@@ -23,9 +23,9 @@ from hostile_class import (
     write_notebook,
 )
 
-from graders import sandbox_kernel
 from graders.formats import budgets, references
 from graders.grade import grade_class
+from graders.sandbox import sandbox_kernel
 
 
 def test_one_hand_in_cannot_stop_the_class(graded):

@@ -22,9 +22,9 @@ from typing import TypedDict
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Dict
 
-from graders import sandbox_host, zygote
 from graders.formats import wire
-from graders.sandbox_argv import (
+from graders.sandbox import sandbox_host, zygote
+from graders.sandbox.sandbox_argv import (
     KERNEL_THREADS,
     KERNEL_UIDS,
     kernel_argv,

@@ -42,7 +42,7 @@ import threading
 from functools import cache
 from pathlib import Path
 
-from graders.sandbox_argv import (
+from graders.sandbox.sandbox_argv import (
     FILE_CAP_BYTES,
     KERNEL_SIDE,
     MEMORY_CAP_BYTES,

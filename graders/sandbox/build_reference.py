@@ -19,7 +19,7 @@ from graders.formats import references
 from graders.formats.budgets import CellTime, cell_times
 from graders.formats.records import Observations, records, test_cells
 from graders.formats.references import ReferenceFile
-from graders.sandbox_argv import KERNEL_SIDE, KERNEL_THREADS
+from graders.sandbox.sandbox_argv import KERNEL_SIDE, KERNEL_THREADS
 
 
 def reference_run(

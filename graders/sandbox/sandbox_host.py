@@ -23,7 +23,7 @@ import time
 from functools import cache
 from pathlib import Path
 
-from graders.sandbox_argv import (
+from graders.sandbox.sandbox_argv import (
     FILE_CAP_BYTES,
     GROUP_MEMORY_BYTES,
     MEMORY_CAP_BYTES,

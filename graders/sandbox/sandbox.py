@@ -62,8 +62,8 @@ from nbgrader.preprocessors import Execute
 from traitlets import Dict, Float, Unicode
 
 from graders.formats import budgets, references
-from graders.sandbox_argv import available
-from graders.sandbox_kernel import SandboxKernelManager, Settings
+from graders.sandbox.sandbox_argv import available
+from graders.sandbox.sandbox_kernel import SandboxKernelManager, Settings
 
 LOG = logging.getLogger("graders.sandbox")
 
@@ -158,7 +158,7 @@ class SandboxedExecute(Execute):
         source = Path(coursedir.format_path(coursedir.source_directory, ".", lab))
         source = source / f"{notebook}.ipynb"
         if not self.reference_dir and source.is_file():  # plain nbgrader in the repository
-            from graders.build_reference import cached_reference
+            from graders.sandbox.build_reference import cached_reference
 
             try:
                 cached_reference(source, file)
