@@ -67,12 +67,12 @@ c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec",
-    "graders.overwrite.OverwriteCells",
+    "graders.judge.overwrite.OverwriteCells",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 # Output to stderr never costs points (the judge replaces test cells' outputs by its verdict);
 # `nbgrader validate` says so too: a graded cell's stderr is dropped once it has run.
-from graders.stderr import teach_validate  # noqa: E402 (graders is on sys.path from here)
+from graders.judge.stderr import teach_validate  # noqa: E402 (graders is on sys.path from here)
 
 teach_validate()
 c.Autograde.create_student = True
@@ -87,7 +87,7 @@ c.Autograde.autograde_preprocessors = [
     # Every test cell's verdict, decided here and not in the kernel: its records against the
     # solution's (build/reference/, made by `make build`), its outputs replaced by one
     # sentence. Output to stderr never costs points by itself; only a failed check does.
-    "graders.judge.JudgeRecords",
+    "graders.judge.judge.JudgeRecords",
     "nbgrader.preprocessors.SaveAutoGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
@@ -99,7 +99,7 @@ c.ExportApp.plugin_class = "graders.formats.export.QuotedCsvExport"
 # Feedback shows the judge's sentence for each check, never hidden code or kernel output.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
-    "graders.feedback.TemplateFeedback",
+    "graders.judge.feedback.TemplateFeedback",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 c.HTMLExporter.sanitize_html = True  # a student's markdown may hold HTML and script

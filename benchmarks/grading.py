@@ -114,7 +114,7 @@ def with_hidden_checks(notebook: Path, source: Path, folder: Path) -> Path:
     nbgrader's autograde runs), written in `folder`."""
     import nbformat
 
-    from graders.judge import test_cells
+    from graders.judge.judge import test_cells
 
     nb = nbformat.read(notebook, as_version=4)
     source_nb = nbformat.read(source, as_version=4)

@@ -300,7 +300,7 @@ def _scratch_course(scratch: Path, job: LocalJob) -> tuple[dict, Path]:
         "SandboxedExecute": {"settings": dict(settings), "reference_dir": job["reference_dir"]},
         "JudgeRecords": {"reference_dir": job["reference_dir"], "timings": str(timings)},
         # the same page, its templates compiled once per worker (graders/feedback.py)
-        "GenerateFeedback": {"exporter_class": "graders.feedback.CachedHTMLExporter"},
+        "GenerateFeedback": {"exporter_class": "graders.judge.feedback.CachedHTMLExporter"},
     }
     if job.get("cell_timeout"):
         changes["Execute"] = {"timeout": job["cell_timeout"]}

@@ -27,7 +27,7 @@ import pytest
 
 from graders.build import build
 from graders.config.nbgrader_cli import nbgrader_env
-from graders.overwrite import MALFORMED
+from graders.judge.overwrite import MALFORMED
 from graders.sandbox.build_reference import prepare_references
 
 pytestmark = pytest.mark.slow

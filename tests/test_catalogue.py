@@ -6,10 +6,10 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from graders import torch_errors
 from graders.catalogue import catalogue
 from graders.config.course import LABS, REPO
 from graders.demo import answer_ids, answer_sources
+from graders.judge import torch_errors
 
 NOT_A_CHECKS_WORDS = ("A visible check stopped at line", "A visible check failed with")
 

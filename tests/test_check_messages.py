@@ -17,7 +17,7 @@ import re
 import pytest
 
 from graders.config.course import LABS, REPO
-from graders.judge import message_template
+from graders.judge.judge import message_template
 
 MIN_WORDS = 8
 # hints that only make sense with the removed text in front of the reader

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from graders.check_source import joined, listed_values, message_parts, message_template
+from graders.judge.check_source import joined, listed_values, message_parts, message_template
 
 
 def _call(source: str) -> tuple[ast.AST, ast.Call]:

@@ -4,7 +4,7 @@
 import torch
 from helpers import record
 
-from graders.comparison import first_difference as compare
+from graders.judge.comparison import first_difference as compare
 
 
 def test_equal_records_pass_and_tolerances_come_from_the_reference():

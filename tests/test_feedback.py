@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 
 from graders.config.course import LABS, REPO, lab_source
-from graders.feedback import TemplateFeedback
+from graders.judge.feedback import TemplateFeedback
 
 
 def hidden_lines(lab: str) -> list[str]:
@@ -101,7 +101,7 @@ def test_the_cached_exporter_writes_nbconverts_page_and_compiles_once():
     from bs4 import BeautifulSoup
     from nbconvert.exporters import HTMLExporter
 
-    from graders.feedback import CachedHTMLExporter
+    from graders.judge.feedback import CachedHTMLExporter
 
     nb = nbformat.read(REPO / "labs" / LABS[0] / f"{LABS[0]}.ipynb", as_version=4)
     compiled = []
@@ -137,7 +137,7 @@ def test_the_kept_highlighting_is_capped_and_is_what_pygments_gives(monkeypatch)
     cap; what is kept for a source is its own highlighting, and an over-long cell is not kept."""
     from nbconvert.filters.highlight import Highlight2HTML
 
-    from graders import feedback
+    from graders.judge import feedback
 
     monkeypatch.setattr(feedback, "HIGHLIGHTS", feedback._Highlights())
     monkeypatch.setattr(feedback, "HIGHLIGHTS_MAX_CHARS", 200_000)

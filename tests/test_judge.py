@@ -4,7 +4,7 @@ from what the kernel printed; hidden regions and the failing line are found."""
 import nbformat
 from helpers import display_output, error_output, graded_cell, record
 
-from graders.judge import hidden_lines, verdict
+from graders.judge.judge import hidden_lines, verdict
 
 SOURCE = "\n".join(
     [
@@ -61,7 +61,7 @@ def test_a_check_raised_while_handling_another_error_is_found_on_its_own_line():
         "Cell In[7], line 5",
         "Cell In[2], line 40, in check",
     ]
-    from graders.judge import failing_line
+    from graders.judge.judge import failing_line
 
     assert failing_line(traceback) == 5
     assert failing_line(traceback[:2]) == 4

@@ -102,7 +102,7 @@ def test_a_hand_in_that_loops_is_stopped_at_its_cells_budget_and_graded_up_to_th
     ran out of time, its budget and the solution's time, where the judge words its verdict."""
     from nbformat.v4 import new_markdown_cell
 
-    from graders.judge import verdict
+    from graders.judge.judge import verdict
 
     solution = new_notebook(
         cells=[

@@ -8,9 +8,9 @@ import math
 import re
 import time
 
-from graders import torch_errors
 from graders.config.course import REPO
-from graders.shown_values import capacity_bits, fill
+from graders.judge import torch_errors
+from graders.judge.shown_values import capacity_bits, fill
 
 GROW = ["grow(model, Adam, 3) raised an error before it returned a model (the error: ", None,
         "); call it in the cell above to see it."]  # fmt: skip

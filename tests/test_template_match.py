@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from graders.template_match import parts_of, split
+from graders.judge.template_match import parts_of, split
 
 
 def test_a_text_is_cut_along_the_literals():

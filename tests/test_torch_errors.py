@@ -1,6 +1,6 @@
 """PyTorch's error templates (graders/torch_errors.py, graders/torch_errors.json): each still
 matches the message the installed torch raises (a torch upgrade that changes one fails here:
-run `python -m graders.torch_errors build`, review, commit), and a message is shown only as
+run `python -m graders.judge.torch_errors build`, review, commit), and a message is shown only as
 trusted template words and typed values, whatever the kernel put in it."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import time
 
 import torch
 
-from graders import torch_errors
-from graders.torch_errors import Budget, message
+from graders.judge import torch_errors
+from graders.judge.torch_errors import Budget, message
 
 BAD = "[" + "x" * 30 + "]"
 
@@ -30,7 +30,7 @@ def test_the_committed_file_is_what_build_makes_on_this_torch(tmp_path):
     assert torch_errors.build(tmp_path / "t.json") == []
     made = json.loads((tmp_path / "t.json").read_text())
     committed = json.loads(torch_errors.DATA.read_text())
-    assert made == committed, "run `python -m graders.torch_errors build` and commit the file"
+    assert made == committed, "run `python -m graders.judge.torch_errors build` and commit the file"
     torch_errors.load.cache_clear()
 
 

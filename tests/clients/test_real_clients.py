@@ -48,7 +48,7 @@ from nbgrader.api import Gradebook
 from graders.build import source_notebook, write_sources
 from graders.config.course import LABS, REPO, lab_source
 from graders.demo import declared_class, student_notebook
-from graders.judge import BEGIN, ENVIRONMENT
+from graders.judge.judge import BEGIN, ENVIRONMENT
 from graders.sandbox import sandbox, sandbox_argv, sandbox_host
 
 pytestmark = pytest.mark.timeout(1200)

@@ -38,20 +38,20 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.utils import is_grade
 from traitlets import Unicode
 
-from graders import torch_errors
-from graders.check_source import (
+from graders.formats import references, wire
+from graders.formats.records import Malformed, Observations, Record, cell_records, test_cells
+from graders.formats.verdict import VERDICT, Kind, Verdict
+from graders.judge import torch_errors
+from graders.judge.check_source import (
     assert_parts,
     joined,
     listed_values,
     message_parts,
     message_template,  # noqa: F401 - its name here is used too
 )
-from graders.comparison import first_difference
-from graders.formats import references, wire
-from graders.formats.records import Malformed, Observations, Record, cell_records, test_cells
-from graders.formats.verdict import VERDICT, Kind, Verdict
-from graders.shown_values import MAX_NUMBERS, fill
-from graders.torch_errors import Budget
+from graders.judge.comparison import first_difference
+from graders.judge.shown_values import MAX_NUMBERS, fill
+from graders.judge.torch_errors import Budget
 
 BEGIN, END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from graders.template_match import parts_of, split
+from graders.judge.template_match import parts_of, split
 
 DATA = Path(__file__).with_name("torch_errors.json")
 MAX_MESSAGE = 600  # a longer message is never matched
@@ -397,7 +397,7 @@ def check(path: Path = DATA) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv not in (["build"], ["check"]):
-        print("usage: python -m graders.torch_errors build|check", file=sys.stderr)
+        print("usage: python -m graders.judge.torch_errors build|check", file=sys.stderr)
         return 2
     problems = build() if argv == ["build"] else check()
     for line in problems:

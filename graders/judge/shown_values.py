@@ -25,10 +25,10 @@ from __future__ import annotations
 import math
 import re
 
-from graders import torch_errors
-from graders.check_source import MAX_LISTED
-from graders.template_match import split
-from graders.torch_errors import Budget
+from graders.judge import torch_errors
+from graders.judge.check_source import MAX_LISTED
+from graders.judge.template_match import split
+from graders.judge.torch_errors import Budget
 
 MAX_VALUES = 3
 MAX_NUMBERS = 4
