@@ -57,10 +57,10 @@ from graders.build import build  # noqa: E402
 from graders.config.course import LABS, prepare_data  # noqa: E402
 from graders.config.nbgrader_cli import nbgrader  # noqa: E402
 from graders.demo import write_class  # noqa: E402
-from graders.grade import grade_class, read_scores, worker_count  # noqa: E402
-from graders.inputs import course_inputs  # noqa: E402
+from graders.grade.grade import grade_class, read_scores, worker_count  # noqa: E402
+from graders.grade.inputs import course_inputs  # noqa: E402
+from graders.grade.task import assignments_only, run  # noqa: E402
 from graders.sandbox.build_reference import prepare_references  # noqa: E402
-from graders.task import assignments_only, run  # noqa: E402
 
 
 @contextmanager
@@ -186,7 +186,7 @@ def import_time() -> float:
     """Seconds `python -m graders.grade` spends importing before it grades."""
     import subprocess
 
-    code = "import graders.grade"
+    code = "import graders.grade.grade"
     root = str(Path(__file__).resolve().parent.parent)
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)

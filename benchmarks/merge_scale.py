@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from graders.build import build  # noqa: E402
 from graders.demo import declared_class, student_notebook  # noqa: E402
-from graders.inputs import course_inputs  # noqa: E402
-from graders.merge import merge  # noqa: E402
+from graders.grade.inputs import course_inputs  # noqa: E402
+from graders.grade.merge import merge  # noqa: E402
+from graders.grade.task import assignments_only, run  # noqa: E402
 from graders.sandbox.build_reference import prepare_references  # noqa: E402
-from graders.task import assignments_only, run  # noqa: E402
 
 
 def noop(x):

@@ -140,7 +140,7 @@ def write_packs(root: Path, lab: str, release: Path) -> list[Pack]:
 def check_catalogue(labs: list[str], workers: int | None = None, sentences: bool = False) -> int:
     """Build `labs` into a scratch course, grade their catalogue there, compare;
     `sentences`: under each hand-in, the sentence of every check that did not pass."""
-    from graders.grade import grade_class
+    from graders.grade.grade import grade_class
 
     with tempfile.TemporaryDirectory(prefix="catalogue-") as tmp:
         root = Path(tmp)
@@ -165,7 +165,7 @@ def check_catalogue(labs: list[str], workers: int | None = None, sentences: bool
 
 
 def main(argv: list[str] | None = None) -> int:
-    from graders.grade import worker_count
+    from graders.grade.grade import worker_count
 
     parser = argparse.ArgumentParser(description="The mistake catalogue.")
     sub = parser.add_subparsers(dest="command", required=True)

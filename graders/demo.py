@@ -138,7 +138,7 @@ def score_mismatches(
 def check_demo_class(labs: list[str], workers: int | None = None, sentences: bool = False) -> int:
     """Build `labs` into a scratch course, grade their demo class there, compare scores;
     `sentences`: under each student, the sentence of every check that did not pass."""
-    from graders.grade import grade_class
+    from graders.grade.grade import grade_class
 
     with tempfile.TemporaryDirectory(prefix="demo-check-") as tmp:
         root = Path(tmp)
@@ -159,7 +159,7 @@ def check_demo_class(labs: list[str], workers: int | None = None, sentences: boo
 
 def run(workers: int | None = None) -> int:
     """`make demo`: grade the demo class in the course itself and print what it got."""
-    from graders.grade import grade_class, table
+    from graders.grade.grade import grade_class, table
 
     students = write_class(REPO, LABS, REPO / "labs")
     names = {s.name for s in students}
@@ -186,7 +186,7 @@ def run(workers: int | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from graders.grade import worker_count
+    from graders.grade.grade import worker_count
 
     parser = argparse.ArgumentParser(description="The demo class.")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -33,7 +33,7 @@ def graded(course, tmp_path_factory):
     students graded by themselves, the folded hand-ins and the ClassRun."""
     from helpers import reference_cache, share_references, write_test_class
 
-    from graders.grade import grade_class
+    from graders.grade.grade import grade_class
 
     share_references(course, LABS, reference_cache(tmp_path_factory))
     alone, folded = [], []

@@ -43,7 +43,7 @@ from graders.demo import (
 )
 from graders.formats import gradebook, references
 from graders.formats.records import MIME
-from graders.grade import grade_class
+from graders.grade.grade import grade_class
 from graders.kernel.grader_observe import encode
 from graders.sandbox.build_reference import prepare_references
 

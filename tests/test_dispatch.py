@@ -42,9 +42,9 @@ class FakeCluster:
 
 def lanes(monkeypatch, count, up_after):
     """run_tasks on `count` fake hand-ins (h0 the longest): who graded what, in order."""
-    from graders import dispatch, engine
-    from graders.class_run import ClassRun
-    from graders.intake import HandIn
+    from graders.grade import dispatch, engine
+    from graders.grade.class_run import ClassRun
+    from graders.grade.intake import HandIn
 
     here, on_engine, merged = [], [], []
     FakeCluster.made = []
@@ -102,7 +102,7 @@ def test_a_cluster_that_does_not_start_leaves_the_class_graded_here(monkeypatch)
 def test_grading_here_leaves_jupyters_variables_as_they_were(monkeypatch):
     import os
 
-    from graders import dispatch, task
+    from graders.grade import dispatch, task
 
     monkeypatch.setenv("JUPYTER_PATH", "/before")
     monkeypatch.delenv("JUPYTER_RUNTIME_DIR", raising=False)

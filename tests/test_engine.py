@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from graders import engine, task
+from graders.grade import engine, task
 
 pytestmark = pytest.mark.timeout(300)
 

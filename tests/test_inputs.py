@@ -10,8 +10,8 @@ from graders.config.course import LABS
 def test_labs_whose_solution_ran_longest_are_graded_first(course, graded, tmp_path):
     """`make build` times each lab's solution run; a class run starts with the longest labs,
     so it does not end on one long notebook while the other workers wait."""
-    from graders.inputs import longest_first
-    from graders.intake import HandIn
+    from graders.grade.inputs import longest_first
+    from graders.grade.intake import HandIn
 
     for lab in LABS:
         saved = json.loads((course / "build" / "reference" / f"{lab}.json").read_text())

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from graders import intake
 from graders.config.course import REPO
+from graders.grade import intake
 
 LAB = "lab02_backprop"
 RELEASE = REPO / "labs" / LAB / f"{LAB}.ipynb"

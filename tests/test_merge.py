@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from helpers import small_gradebook
 
-from graders import merge
 from graders.formats import gradebook
 from graders.formats.wire import Result
+from graders.grade import merge
 
 
 def result(**autos) -> Result:

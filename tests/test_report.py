@@ -27,10 +27,10 @@ import pytest
 from helpers import LATE, ODD, ON_TIME
 from helpers import REPORT_LABS as LABS
 
-from graders.class_run import read_scores
 from graders.config.course import REPO
 from graders.formats.gradelog import GRADING_LOG
-from graders.grade import grade_class
+from graders.grade.class_run import read_scores
+from graders.grade.grade import grade_class
 from graders.report import build_report
 from graders.report_page import WIDE_CSV
 

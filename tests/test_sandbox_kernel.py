@@ -35,8 +35,8 @@ from nbclient.exceptions import DeadKernelError
 from nbformat.v4 import new_code_cell, new_notebook
 from traitlets.config import Config
 
-from graders import task
 from graders.config.course import REPO
+from graders.grade import task
 from graders.sandbox import sandbox, sandbox_host, sandbox_kernel
 
 pytestmark = [
@@ -140,7 +140,7 @@ def test_a_runtime_folder_too_deep_for_a_socket_still_runs_the_kernel(tmp_path, 
 # graders.task lays it out, says where, and waits to be killed.
 GRADER_THAT_WAITS = """
 import asyncio, json, os, sys, time
-from graders import task
+from graders.grade import task
 from graders.sandbox import sandbox_kernel
 scratch, _claim = task._claim_scratch()
 runtime = scratch / "task-1" / "runtime"

@@ -13,9 +13,9 @@ from pathlib import Path
 import nbformat
 from helpers import small_gradebook
 
-from graders import merge, task
 from graders.formats import gradebook, wire
 from graders.formats.wire import LocalJob
+from graders.grade import merge, task
 
 
 def notebook(*cells: tuple[str, str | None]) -> nbformat.NotebookNode:

@@ -30,7 +30,7 @@ from hostile_class import (
 
 from graders.build import build
 from graders.demo import write_class
-from graders.grade import grade_class
+from graders.grade.grade import grade_class
 from graders.sandbox.build_reference import prepare_references
 
 

@@ -24,7 +24,7 @@ from hostile_class import (
 )
 
 from graders.formats import budgets, references
-from graders.grade import grade_class
+from graders.grade.grade import grade_class
 from graders.sandbox import sandbox_kernel
 
 

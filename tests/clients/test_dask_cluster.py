@@ -19,10 +19,10 @@ import pytest
 from helpers import reference_cache, share_references
 
 from graders.build import build
-from graders.class_run import read_scores
 from graders.config.course import REPO
 from graders.demo import write_class
 from graders.formats.gradelog import GRADING_LOG
+from graders.grade.class_run import read_scores
 
 LABS = ["lab01_graph"]  # its demo class: 9 hand-ins, of the lab whose notebook runs quickest
 DASK = str(Path(sys.executable).parent / "dask")

@@ -351,7 +351,7 @@ def test_a_term_on_the_hub_in_a_browser(hub, tmp_path):
     if CHROMIUM is None:
         pytest.skip("no chromium to drive: `make browser` or `sudo apt-get install chromium`")
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
-    from graders.grade import grade_class
+    from graders.grade.grade import grade_class
 
     instructor, (one, two) = hub["instructor"], hub["students"]
     demo = {s.name: s for s in declared_class(LAB)}

@@ -12,10 +12,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from graders import engine
-from graders.class_run import ClassRun
 from graders.formats.wire import Course, Job, Result
-from graders.intake import HandIn
+from graders.grade import engine
+from graders.grade.class_run import ClassRun
+from graders.grade.intake import HandIn
 
 SPAWN_WAIT_S = 30  # past this, the local cluster's workers are awaited without grading here
 JUPYTER_VARIABLES = ("JUPYTER_PATH", "JUPYTER_RUNTIME_DIR")  # graders.task sets them per task
@@ -24,7 +24,7 @@ JUPYTER_VARIABLES = ("JUPYTER_PATH", "JUPYTER_RUNTIME_DIR")  # graders.task sets
 def grade_here(course: Course, job: Job) -> Result:
     """One grading task in this process, as a worker runs it (graders.task.run: its kernel in
     the sandbox, everything as data), leaving this process's environment as it was."""
-    from graders import task
+    from graders.grade import task
 
     saved = {name: os.environ.get(name) for name in JUPYTER_VARIABLES}
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import nbconvert.exporters.html  # noqa: F401 - generate_feedback's page
 import nbgrader.apps  # noqa: F401 - autograde and generate_feedback
 
+import graders.grade.task  # noqa: F401
 import graders.judge.feedback  # noqa: F401
 import graders.judge.judge  # noqa: F401
 import graders.sandbox.sandbox  # noqa: F401
-import graders.task  # noqa: F401

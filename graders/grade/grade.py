@@ -44,8 +44,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from graders import dispatch, engine, inputs, intake, merge
-from graders.class_run import (
+from graders.config.course import LABS, REPO, notebooks, prepare_data, unknown_labs
+from graders.formats import gradebook, gradelog
+from graders.formats.export import export_grades
+from graders.formats.gradelog import LogEntry
+from graders.formats.wire import Job, Result
+from graders.grade import dispatch, engine, inputs, intake, merge
+from graders.grade.class_run import (
     TIMINGS,
     ClassRun,
     limit_hit,
@@ -54,16 +59,11 @@ from graders.class_run import (
     table,
     write_timings,
 )
-from graders.config.course import LABS, REPO, notebooks, prepare_data, unknown_labs
-from graders.formats import gradebook, gradelog
-from graders.formats.export import export_grades
-from graders.formats.gradelog import LogEntry
-from graders.formats.wire import Job, Result
-from graders.intake import HandIn, Problem
+from graders.grade.intake import HandIn, Problem
+from graders.grade.task import assignments_only
 from graders.sandbox import sandbox_host
 from graders.sandbox.build_reference import prepare_references
 from graders.sandbox.sandbox_argv import available
-from graders.task import assignments_only
 
 
 def _intake(root: Path, labs: list[str], students: list[str] | None, run: ClassRun) -> list[HandIn]:
@@ -204,7 +204,7 @@ def grade_own(root: Path, assignment: str, students, run: ClassRun, feedback: bo
     time. A hand-in nbgrader cannot grade is recorded as 0, flagged and listed with nbgrader's
     reason; the others are graded."""
     from graders.config.nbgrader_cli import make_api_factory, this_python_first
-    from graders.task import failure_reason
+    from graders.grade.task import failure_reason
 
     api = make_api_factory(REPO / "nbgrader_config.py")(str(root), {})
     submitted = root / "submitted"

@@ -75,7 +75,7 @@ def client(scheduler: str = "", workers: int | None = None) -> Iterator:
 
 # What a local worker imports as it starts (graders/warm.py), while the instructor's side is
 # still reading the hand-ins: its first task then starts its kernel at once.
-PRELOAD = ["graders.warm"]
+PRELOAD = ["graders.grade.warm"]
 
 
 class LocalCluster:
@@ -178,7 +178,7 @@ def run_all(
 
     from distributed import as_completed
 
-    from graders.task import run
+    from graders.grade.task import run
 
     shared = connected.scatter(course, broadcast=True)
     pending = {}

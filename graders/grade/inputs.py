@@ -13,7 +13,7 @@ from pathlib import Path
 from graders.config.course import REPO
 from graders.formats import gradebook, gradelog, references
 from graders.formats.wire import Course
-from graders.intake import HandIn
+from graders.grade.intake import HandIn
 
 
 def _sha(data: bytes | str) -> str:

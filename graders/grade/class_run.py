@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graders.formats import gradebook
-from graders.intake import Problem
+from graders.grade.intake import Problem
 
 TIMINGS = "timings.csv"
 PHASES = ["queue", "intake", "kernel_start", "execution", "checks", "feedback", "merge"]
