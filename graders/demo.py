@@ -176,7 +176,7 @@ def run(workers: int | None = None) -> int:
     for line in wrong:
         print("WRONG SCORE:", line)
     print(f"{len(students) - len(wrong)}/{len(students)} declared demo scores met")
-    from graders.report import build_report
+    from graders.report.report import build_report
 
     try:  # the report never changes demo's exit status
         print(f"report: {build_report(REPO).index.relative_to(REPO)}")

@@ -31,8 +31,8 @@ from graders.config.course import REPO
 from graders.formats.gradelog import GRADING_LOG
 from graders.grade.class_run import read_scores
 from graders.grade.grade import grade_class
-from graders.report import build_report
-from graders.report_page import WIDE_CSV
+from graders.report.report import build_report
+from graders.report.report_page import WIDE_CSV
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import pytest
 def test_runs_are_told_apart_in_the_log():
     """A run's wall time runs from its first hand-in's start (graded_at less queue wait and
     grading time) to its last graded_at; a regrade later on is a run of its own."""
-    from graders.report_numbers import runs
+    from graders.report.report_numbers import runs
 
     def line(at: str, **timings) -> dict:
         return {

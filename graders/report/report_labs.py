@@ -8,9 +8,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 from graders.formats.gradelog import GRADING_LOG
-from graders.report_charts import histogram_png, pass_rate_png
-from graders.report_data import ClassData, Lab
-from graders.report_html import (
+from graders.report.report_charts import histogram_png, pass_rate_png
+from graders.report.report_data import ClassData, Lab
+from graders.report.report_html import (
     Files,
     chart,
     e,
@@ -19,7 +19,7 @@ from graders.report_html import (
     link,
     table,
 )
-from graders.report_numbers import (
+from graders.report.report_numbers import (
     EXAMPLES,
     failures,
     histogram,

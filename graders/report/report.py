@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graders.config.course import REPO
-from graders.report_data import read_course
-from graders.report_html import Files, write_page
-from graders.report_labs import lab_section
-from graders.report_numbers import human_look
-from graders.report_page import (
+from graders.report.report_data import read_course
+from graders.report.report_html import Files, write_page
+from graders.report.report_labs import lab_section
+from graders.report.report_numbers import human_look
+from graders.report.report_page import (
     WIDE_CSV,
     head_section,
     human_look_section,

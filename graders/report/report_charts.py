@@ -6,8 +6,8 @@ from __future__ import annotations
 import base64
 import io
 
-from graders.report_data import Lab
-from graders.report_numbers import number
+from graders.report.report_data import Lab
+from graders.report.report_numbers import number
 
 
 def png(fig) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-from graders.report_data import ClassData
+from graders.report.report_data import ClassData
 
 e = html.escape  # every text and attribute printed goes through it
 

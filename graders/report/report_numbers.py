@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from datetime import datetime, timedelta
 
 from graders.formats.verdict import PASSED
-from graders.report_data import ClassData, Lab
+from graders.report.report_data import ClassData, Lab
 
 EXAMPLES = 2  # example students shown for each failure sentence
 RUN_GAP_S = 1.0  # a hand-in that started after the previous line was written: a new run

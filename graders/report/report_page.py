@@ -13,9 +13,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 from graders.formats.gradelog import GRADING_LOG
-from graders.report_charts import times_png
-from graders.report_data import ClassData
-from graders.report_html import (
+from graders.report.report_charts import times_png
+from graders.report.report_data import ClassData
+from graders.report.report_html import (
     Files,
     chart,
     duration,
@@ -27,7 +27,7 @@ from graders.report_html import (
     table,
     write_csv,
 )
-from graders.report_numbers import (
+from graders.report.report_numbers import (
     lab_times,
     number,
     runs,
