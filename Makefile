@@ -67,7 +67,7 @@ data: install
 	$(PY) -m data.mnist
 
 demo: build sandbox
-	$(PY) -m graders.demo run
+	$(PY) -m graders.build.demo run
 
 autograde: install sandbox
 	$(PY) -m graders.grade

@@ -39,9 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import nbformat  # noqa: E402
 
-from graders.build import build, source_notebook  # noqa: E402
+from graders.build.build import build, source_notebook  # noqa: E402
+from graders.build.demo import Student, answer_ids, student_notebook  # noqa: E402
 from graders.config.course import LABS, REPO, prepare_data  # noqa: E402
-from graders.demo import Student, answer_ids, student_notebook  # noqa: E402
 from graders.formats import budgets, references  # noqa: E402
 from graders.grade.grade import grade_class, worker_count  # noqa: E402
 from graders.sandbox.build_reference import prepare_references  # noqa: E402

@@ -53,10 +53,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from graders.build import build  # noqa: E402
+from graders.build.build import build  # noqa: E402
+from graders.build.demo import write_class  # noqa: E402
 from graders.config.course import LABS, prepare_data  # noqa: E402
 from graders.config.nbgrader_cli import nbgrader  # noqa: E402
-from graders.demo import write_class  # noqa: E402
 from graders.grade.grade import grade_class, read_scores, worker_count  # noqa: E402
 from graders.grade.inputs import course_inputs  # noqa: E402
 from graders.grade.task import assignments_only, run  # noqa: E402

@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from graders.build import build  # noqa: E402
-from graders.demo import declared_class, student_notebook  # noqa: E402
+from graders.build.build import build  # noqa: E402
+from graders.build.demo import declared_class, student_notebook  # noqa: E402
 from graders.grade.inputs import course_inputs  # noqa: E402
 from graders.grade.merge import merge  # noqa: E402
 from graders.grade.task import assignments_only, run  # noqa: E402
@@ -46,7 +46,7 @@ def main() -> int:
         import nbformat
 
         release = nbformat.read(root / "labs" / lab / f"{lab}.ipynb", as_version=4)
-        from graders.build import source_notebook
+        from graders.build.build import source_notebook
 
         (complete,) = [s for s in declared_class(lab) if s.name == "complete"]
         nb = student_notebook(complete, release, source_notebook(lab))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from graders.build import build
+from graders.build.build import build
 from graders.config.course import LABS
 
 pytest_plugins = ["xdist_groups"]  # tests/xdist_groups.py: the tests that share a fixture

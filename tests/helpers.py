@@ -30,10 +30,9 @@ import nbformat
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
-from graders.build import build, source_notebook
-from graders.catalogue import Variant, catalogue
-from graders.config.course import REPO
-from graders.demo import (
+from graders.build.build import build, source_notebook
+from graders.build.catalogue import Variant, catalogue
+from graders.build.demo import (
     Student,
     answer_ids,
     answer_sources,
@@ -41,6 +40,7 @@ from graders.demo import (
     student_notebook,
     write_class,
 )
+from graders.config.course import REPO
 from graders.formats import gradebook, references
 from graders.formats.records import MIME
 from graders.grade.grade import grade_class

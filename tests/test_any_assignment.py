@@ -25,7 +25,7 @@ import nbformat
 import nbgrader
 import pytest
 
-from graders.build import build
+from graders.build.build import build
 from graders.config.nbgrader_cli import nbgrader_env
 from graders.judge.overwrite import MALFORMED
 from graders.sandbox.build_reference import prepare_references

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from graders.build import SourceError, full_nbgrader_metadata, main, source_notebook
+from graders.build.build import SourceError, full_nbgrader_metadata, main, source_notebook
 from graders.config.course import LABS, REPO
 
 
@@ -204,13 +204,13 @@ def test_inserting_a_cell_renames_only_its_neighbours(tmp_path):
 def test_changing_the_graded_cells_of_a_graded_lab_is_refused_in_plain_words(tmp_path, monkeypatch):
     """nbgrader keeps a lab's graded cells fixed once it has hand-ins: the build says so and
     what to do, not nbgrader's traceback."""
-    import graders.build
+    import graders.build.build
     from graders.formats import gradebook
 
     source = tmp_path / "labx.py"
-    monkeypatch.setattr(graders.build, "lab_source", lambda lab: source)
+    monkeypatch.setattr(graders.build.build, "lab_source", lambda lab: source)
     source.write_text(GOOD_CELLS)
-    graders.build.build(root=tmp_path, labs=["labx"], release=tmp_path / "labs")
+    graders.build.build.build(root=tmp_path, labs=["labx"], release=tmp_path / "labs")
     assert (tmp_path / "labs" / "labx" / "labx.ipynb").is_file()
     with gradebook.opened(gradebook.of(tmp_path)) as gb:
         gb.add_student("someone")
@@ -219,7 +219,7 @@ def test_changing_the_graded_cells_of_a_graded_lab_is_refused_in_plain_words(tmp
         GOOD_CELLS + '\n# %% nbgrader={"grade": true, "grade_id": "check", "points": 1}\nassert x\n'
     )
     with pytest.raises(SystemExit) as refused:
-        graders.build.build(root=tmp_path, labs=["labx"], release=tmp_path / "labs")
+        graders.build.build.build(root=tmp_path, labs=["labx"], release=tmp_path / "labs")
     said = str(refused.value)
     assert "labx adds or removes graded cells" in said and "make clean" in said, said
     assert "Traceback" not in said
@@ -241,7 +241,7 @@ def test_make_build_reports_a_bad_lab_in_one_line(capsys):
     ],
 )
 def test_a_broken_demo_class_is_named(tmp_path, monkeypatch, toml, complaint):
-    from graders import demo
+    from graders.build import demo
 
     (tmp_path / "lab99").mkdir()
     if toml is not None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from graders.catalogue import catalogue
+from graders.build.catalogue import catalogue
+from graders.build.demo import answer_ids, answer_sources
 from graders.config.course import LABS, REPO
-from graders.demo import answer_ids, answer_sources
 from graders.judge import torch_errors
 
 NOT_A_CHECKS_WORDS = ("A visible check stopped at line", "A visible check failed with")
@@ -88,8 +88,8 @@ def test_the_test_class_folds_every_mistake_once_without_sharing_a_cell(tmp_path
     more hand-ins than the lab's busiest answer cell needs."""
     from helpers import ALONE, demo_cells, write_test_class
 
-    from graders.build import source_notebook
-    from graders.demo import declared_class
+    from graders.build.build import source_notebook
+    from graders.build.demo import declared_class
 
     for lab in LABS:
         release = nbformat.read(REPO / "labs" / lab / f"{lab}.ipynb", as_version=4)

@@ -10,8 +10,8 @@ import csv
 
 from test_catalogue import counted, failure_sentences
 
+from graders.build.demo import declared_class, score_mismatches
 from graders.config.course import LABS
-from graders.demo import declared_class, score_mismatches
 
 
 def demo_hand_ins(graded) -> list[tuple[str, str]]:

@@ -15,9 +15,9 @@ import nbformat
 import pytest
 from helpers import reference_cache, share_references
 
-from graders.build import build
+from graders.build.build import build
+from graders.build.demo import declared_class, write_class
 from graders.config.course import REPO
-from graders.demo import declared_class, write_class
 
 
 def test_every_failure_has_a_sentence(graded):

@@ -44,9 +44,9 @@ from attacks_on_the_verdict import (
     WRONG,
 )
 
-from graders.build import source_notebook
+from graders.build.build import source_notebook
+from graders.build.demo import declared_class, student_notebook
 from graders.config.course import REPO, SOLUTIONS, lab_source
-from graders.demo import declared_class, student_notebook
 from graders.formats import records
 from graders.judge import judge
 from graders.sandbox import sandbox_argv, sandbox_host

@@ -19,8 +19,8 @@ from hostile_class import (
     ways_to_the_allowed,
 )
 
+from graders.build.demo import declared_class
 from graders.config.course import REPO, SOLUTIONS
-from graders.demo import declared_class
 from graders.sandbox import sandbox_argv, sandbox_host
 
 

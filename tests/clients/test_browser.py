@@ -25,9 +25,9 @@ import nbformat
 import pytest
 from helpers import OUTPUT_PX, free_port
 
-from graders.build import source_notebook
+from graders.build.build import source_notebook
+from graders.build.demo import declared_class, student_notebook
 from graders.config.course import REPO
-from graders.demo import declared_class, student_notebook
 from graders.report.report import build_report
 
 LAB = "lab02_backprop"  # draws its graph with draw(out)

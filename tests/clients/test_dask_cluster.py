@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from helpers import reference_cache, share_references
 
-from graders.build import build
+from graders.build.build import build
+from graders.build.demo import write_class
 from graders.config.course import REPO
-from graders.demo import write_class
 from graders.formats.gradelog import GRADING_LOG
 from graders.grade.class_run import read_scores
 

@@ -42,9 +42,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from graders.build import source_notebook
+from graders.build.build import source_notebook
+from graders.build.demo import declared_class, student_notebook
 from graders.config.course import REPO
-from graders.demo import declared_class, student_notebook
 
 STATE = Path(os.environ.get("COURSE_HUB_STATE", "/srv/dgl-hub"))
 SHOTS = REPO / "test-output" / "hub"

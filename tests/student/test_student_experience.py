@@ -19,7 +19,7 @@ import pytest
 import torch
 from helpers import complete_notebook, errors, student_view_problems
 
-from graders.build import source_notebook
+from graders.build.build import source_notebook
 from graders.config.course import LABS, REPO, SOLUTIONS
 from graders.sandbox import sandbox, sandbox_argv, sandbox_kernel
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import nbformat
 
-from graders.build import SourceError, build, source_notebook
+from graders.build.build import SourceError, build, source_notebook
 from graders.config.course import LABS, REPO, SOLUTIONS, unknown_labs
 from graders.formats.verdict import failures
 
