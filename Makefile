@@ -41,7 +41,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Grading runs each notebook in a bubblewrap sandbox (graders/sandbox.py).
+# Grading runs each notebook in a bubblewrap sandbox (graders/sandbox/sandbox.py).
 sandbox:
 	@command -v bwrap >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

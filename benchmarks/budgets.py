@@ -1,4 +1,4 @@
-"""Per-lab time budgets (graders/budgets.py) against the flat ones: the acceptance figures.
+"""Per-lab time budgets (graders/formats/budgets.py) against the flat ones: the acceptance figures.
 
     python benchmarks/budgets.py [--lab LAB ...] [--honest 20] [--loopers 5] [--workers 2]
     python benchmarks/budgets.py budgets            # the budgets of build/reference/, per lab
@@ -16,7 +16,7 @@ limited to half a core, and prints how many were stopped by a budget (the goal: 
 how many lost points.
 
 `slowed` runs any command with the same limit, e.g. the demo classes and the catalogues:
-``python benchmarks/budgets.py slowed -- python -m graders.demo check lab05_dynamicnet``.
+``python benchmarks/budgets.py slowed -- python -m graders.build.demo check lab05_dynamicnet``.
 The limit is a CPU quota on a cgroup made for it (v2 in the caller's part of the tree, else
 v1's cpu controller, as a root grader in most containers has); it says so if there is none.
 Timings mean something on a quiet machine only.

@@ -15,7 +15,7 @@ below is printed as a figure and as a fraction of that limit (the mean of both
 measurements).
 
 **Class runs.** Plain sequential `nbgrader autograde` (the baseline), then the course's grader
-on a local cluster (`graders.grade.grade_class`, as `make autograde` runs it, feedback off as
+on a local cluster (`graders.grade.grade.grade_class`, as `make autograde` runs it, feedback off as
 plain autograde makes none): its wall time, its ratio, the time from its start to its first
 kernel being up (the command's own imports are printed beside it), and its overhead per
 hand-in over what the cores allow (its wall time minus plain's divided by the limit, per

@@ -1,5 +1,5 @@
 """What the instructor's side costs per hand-in as the gradebook grows: the merge of one
-task's result into nbgrader's gradebook (graders/merge.py), and the scheduler's own cost per
+task's result into nbgrader's gradebook (graders/grade/merge.py), and the scheduler's own cost per
 task, measured with no-op tasks on a local Dask cluster.
 
     .venv/bin/python benchmarks/merge_scale.py [--students 2000] [--lab lab02_backprop]

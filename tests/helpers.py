@@ -387,7 +387,7 @@ def sandbox_client(tmp_path, cells: list[str], readonly: list[Path] = ()) -> Not
 
 
 def forked(made: NotebookClient) -> bool:
-    """Whether the client's kernel was forked from the warm process (graders/zygote.py)."""
+    """Whether the client's kernel was forked from the warm process (graders/sandbox/zygote.py)."""
     from graders.sandbox import zygote
 
     (command,) = made.started

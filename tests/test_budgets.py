@@ -1,6 +1,6 @@
-"""Per-lab time budgets (graders/budgets.py): a hand-in's cells are matched to the solution's
-by grade_id, cell id or source; a cell the solution lacks gets the lab's largest budget, never
-0 s; adding or copying cells never adds to the notebook's budget; the words say which cell ran
+"""Per-lab time budgets (graders/formats/budgets.py): a hand-in's cells are matched to the
+solution's by grade_id, cell id or source; a cell the solution lacks gets the lab's largest budget,
+never 0 s; adding or copying cells never adds to the notebook's budget; the words say which cell ran
 out of time, where, and how long the solution takes there."""
 
 from __future__ import annotations

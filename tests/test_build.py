@@ -46,7 +46,7 @@ def test_release_needs_nothing_from_this_repository(lab):
 @pytest.mark.parametrize("lab", LABS)
 @pytest.mark.slow
 def test_every_check_records_observations_for_the_judge(course, lab):
-    """A test cell's points must not rest on the student's kernel alone (graders/judge.py):
+    """A test cell's points must not rest on the student's kernel alone (graders/judge/judge.py):
     each one's hidden tests record what the student's code produced."""
     nb = json.loads((course / "build" / "source" / lab / f"{lab}.ipynb").read_text())
     for cell in nb["cells"]:

@@ -1,5 +1,6 @@
-"""Reference-making (graders/build_reference.py): the solution's records and each code cell's
-time are kept, and made again when what records them changes or the file's format is older."""
+"""Reference-making (graders/sandbox/build_reference.py): the solution's records and each code
+cell's time are kept, and made again when what records them changes or the file's format is
+older."""
 
 import json
 

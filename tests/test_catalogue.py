@@ -1,4 +1,4 @@
-"""The mistake catalogues (graders/catalogue.py, each lab's mistakes.toml) grade as declared,
+"""The mistake catalogues (graders/build/catalogue.py, each lab's mistakes.toml) grade as declared,
 and every exercise has a mistake in its lab's catalogue."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ NOT_A_CHECKS_WORDS = ("A visible check stopped at line", "A visible check failed
 
 
 def shows_a_known_message(sentence: str) -> bool:
-    """Whether the sentence quotes one of graders/torch_errors.json's messages (the first 40
+    """Whether the sentence quotes one of graders/judge/torch_errors.json's messages (the first 40
     characters of one of its literal parts of 20 or more: a message may be cut), added by the
     judge or as a check's value."""
     templates = torch_errors.load()["templates"]

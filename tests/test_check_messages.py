@@ -1,5 +1,5 @@
 """Every visible-check message of every lab still reads as a whole sentence once the judge has
-removed its values (graders/judge.py quotes a failed check's message from the release, each
+removed its values (graders/judge/judge.py quotes a failed check's message from the release, each
 `{...}` replaced by '…', because a value computed in the student's kernel could carry text).
 
 The rule (CONTRIBUTING.md, "Writing a check's message"): a value goes inside parentheses, as a

@@ -1,4 +1,4 @@
-"""What a check's released source says (graders/check_source.py): its message's parts, and the
+"""What a check's released source says (graders/judge/check_source.py): its message's parts, and the
 literal strings a placeholder that is a loop's variable may show."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Records compare by name, order and value, with the reference's tolerances
-(graders/comparison.py); the sentence names the part and never a reference value."""
+(graders/judge/comparison.py); the sentence names the part and never a reference value."""
 
 import torch
 from helpers import record

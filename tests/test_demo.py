@@ -1,4 +1,4 @@
-"""The demo class (graders/demo.py, each lab's demo.toml), graded by the real grader, gets
+"""The demo class (graders/build/demo.py, each lab's demo.toml), graded by the real grader, gets
 exactly its declared scores. `make demo` grades each student by itself; here complete and
 blank are, and every other demo student is folded into a hand-in of the mistake catalogue
 whose answer cells it leaves alone (tests/helpers.py): that hand-in must lose exactly the

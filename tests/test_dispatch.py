@@ -1,4 +1,4 @@
-"""Where a class run's hand-ins are graded (graders/dispatch.py): one alone here with no
+"""Where a class run's hand-ins are graded (graders/grade/dispatch.py): one alone here with no
 cluster, the shortest here while the local cluster starts and the longest on it, each merged
 once; the whole class here when the cluster does not start; this process's environment left
 as it was."""
@@ -107,7 +107,7 @@ def test_grading_here_leaves_jupyters_variables_as_they_were(monkeypatch):
     monkeypatch.setenv("JUPYTER_PATH", "/before")
     monkeypatch.delenv("JUPYTER_RUNTIME_DIR", raising=False)
 
-    def run(course, job):  # as graders.task.run does, for its kernel's spec and files
+    def run(course, job):  # as graders.grade.task.run does, for its kernel's spec and files
         os.environ.update({"JUPYTER_PATH": "/scratch/jupyter", "JUPYTER_RUNTIME_DIR": "/x"})
         return {"ok": True}
 

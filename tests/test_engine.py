@@ -1,4 +1,4 @@
-"""The engine (graders/engine.py): where the scheduler comes from, and how run_all hands out
+"""The engine (graders/grade/engine.py): where the scheduler comes from, and how run_all hands out
 tasks: at most `window` at a time, each result to the grader as it arrives, and a task that
 failed in Dask itself as a result with a reason. (A real cluster, `dask scheduler` and
 `dask worker` processes: tests/clients/test_dask_cluster.py.)"""

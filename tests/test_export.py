@@ -1,4 +1,4 @@
-"""grades.csv (graders/export.py): a class run exports it in its own process
+"""grades.csv (graders/formats/export.py): a class run exports it in its own process
 (`export_grades`), byte for byte what `nbgrader export` writes with the course's
 configuration, odd student names included."""
 

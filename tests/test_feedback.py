@@ -1,4 +1,4 @@
-"""Feedback (graders/feedback.py): the page is the template, the notebook's text and the
+"""Feedback (graders/judge/feedback.py): the page is the template, the notebook's text and the
 judge's sentences, never a kernel's outputs or a hidden test."""
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def feedback_page(exporter_class, nb) -> str:
 
 
 def test_the_cached_exporter_writes_nbconverts_page_and_compiles_once():
-    """graders.feedback.CachedHTMLExporter (a class run's generate_feedback): nbconvert's
+    """graders.judge.feedback.CachedHTMLExporter (a class run's generate_feedback): nbconvert's
     HTMLExporter's page (once BeautifulSoup has written out its elements, as nbconvert's own
     last pass does), and a second exporter compiles no template. A page where that last pass
     changes something (an image without alt text) is nbconvert's own, byte for byte."""

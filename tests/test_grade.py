@@ -1,4 +1,4 @@
-"""A class run (graders/grade.py): every failure has a sentence, bad input is reported by
+"""A class run (graders/grade/grade.py): every failure has a sentence, bad input is reported by
 name while the rest of the class is graded and exported, bad arguments get one line.
 Where each hand-in is graded is tests/test_dispatch.py's; the order, tests/test_inputs.py's."""
 

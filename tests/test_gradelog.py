@@ -1,5 +1,5 @@
-"""grading-log.jsonl (graders/gradelog.py): what the class run appends is what it and the report
-read back; a line that is not a hand-in's is left out and said so, never a traceback."""
+"""grading-log.jsonl (graders/formats/gradelog.py): what the class run appends is what it and the
+report read back; a line that is not a hand-in's is left out and said so, never a traceback."""
 
 from __future__ import annotations
 

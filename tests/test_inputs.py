@@ -1,4 +1,4 @@
-"""A class run's inputs (graders/inputs.py): the hand-ins are graded longest lab first."""
+"""A class run's inputs (graders/grade/inputs.py): the hand-ins are graded longest lab first."""
 
 from __future__ import annotations
 

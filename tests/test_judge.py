@@ -1,4 +1,4 @@
-"""The judge (graders/judge.py): a cell's verdict is worded from the release only, never
+"""The judge (graders/judge/judge.py): a cell's verdict is worded from the release only, never
 from what the kernel printed; hidden regions and the failing line are found."""
 
 import nbformat

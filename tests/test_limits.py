@@ -1,5 +1,5 @@
-"""The cap on what a graded notebook may print (graders/limits.py): text is cut per output with
-a note of how much, rich data is dropped past a byte budget per cell, and a traceback keeps
+"""The cap on what a graded notebook may print (graders/sandbox/limits.py): text is cut per output
+with a note of how much, rich data is dropped past a byte budget per cell, and a traceback keeps
 its last 50 lines."""
 
 from __future__ import annotations

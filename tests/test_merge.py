@@ -1,4 +1,4 @@
-"""Merge (graders/merge.py): one task's result goes into the course's gradebook under the
+"""Merge (graders/grade/merge.py): one task's result goes into the course's gradebook under the
 student's real name, capped at each cell's points, and its files are written from bytes,
 never through a link; a hand-in that could not be graded is kept as 0 and flagged."""
 

@@ -1,4 +1,4 @@
-"""The record schema (graders/records.py): anything the kernel malforms is refused with a
+"""The record schema (graders/formats/records.py): anything the kernel malforms is refused with a
 reason, within the limits, and a cell's records are read in order."""
 
 import json

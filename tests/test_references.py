@@ -1,5 +1,5 @@
-"""Reference files (graders/references.py): written whole, read back as written, and a missing
-or damaged file costs a lab its place in the grading order, nothing more."""
+"""Reference files (graders/formats/references.py): written whole, read back as written, and a
+missing or damaged file costs a lab its place in the grading order, nothing more."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The class report (graders/report.py): its numbers are the gradebook's and the grading log's,
-every picture has its numbers beside it, odd student names are escaped and quoted, and a
+"""The class report (graders/report/report.py): its numbers are the gradebook's and the grading
+log's, every picture has its numbers beside it, odd student names are escaped and quoted, and a
 regrade of one student is in the report seconds later.
 
 One small class is graded once per session (two fast labs, six of each demo class, plus a
@@ -46,7 +46,7 @@ def read_csv(path: Path) -> list[dict]:
 
 
 def gradebook_truth(root: Path) -> dict:
-    """What nbgrader's own API says, computed here without graders/report.py."""
+    """What nbgrader's own API says, computed here without graders/report/report.py."""
     from nbgrader.api import Gradebook, MissingEntry
 
     truth = {"cells": {}, "scores": {}, "late": {}, "flagged": set(), "students": []}

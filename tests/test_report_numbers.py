@@ -1,4 +1,4 @@
-"""The class report's numbers (graders/report_numbers.py), computed without a gradebook."""
+"""The class report's numbers (graders/report/report_numbers.py), computed without a gradebook."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""nbgrader's Execute step in the sandbox (graders/sandbox.py): the grader's settings reach
+"""nbgrader's Execute step in the sandbox (graders/sandbox/sandbox.py): the grader's settings reach
 every kernel through nbgrader's configuration; each cell has its per-lab budget and the
 notebook its own, and a hand-in that loops or adds cells is stopped there and graded up to
 it; a lab without timed references gets the flat limits, with a note. How a kernel ends is
@@ -28,7 +28,7 @@ pytestmark = [
 
 
 def test_the_graders_settings_reach_every_kernel_through_nbgraders_configuration(tmp_path):
-    """graders.task gives its settings as ``c.SandboxedExecute.settings``, no environment
+    """graders.grade.task gives its settings as ``c.SandboxedExecute.settings``, no environment
     variable: the kernel manager nbclient makes gets them (the kernel's extra variables), and
     the seconds the kernel took to start come back in the timings file
     they name."""

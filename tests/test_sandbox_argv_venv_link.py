@@ -22,7 +22,7 @@ pytestmark = [
 ]
 
 # Runs one notebook in a sandboxed kernel, started through the kernelspec the grader writes
-# (graders.task does the same), and prints what the cell printed or why it did not run.
+# (graders.grade.task does the same), and prints what the cell printed or why it did not run.
 GRADER = """
 import json, os, sys
 from pathlib import Path

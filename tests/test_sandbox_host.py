@@ -1,4 +1,4 @@
-"""The host side of the sandbox (graders/sandbox_host.py): the cgroups that cap one kernel's
+"""The host side of the sandbox (graders/sandbox/sandbox_host.py): the cgroups that cap one kernel's
 processes together are made with their limits, and removed. (How a kernel's mount, cgroups
 and processes go when it ends, or when its grader is killed: tests/test_sandbox.py.)
 

@@ -137,7 +137,7 @@ def test_a_runtime_folder_too_deep_for_a_socket_still_runs_the_kernel(tmp_path, 
 
 
 # A grader that starts one sandboxed kernel in a claimed scratch folder laid out as
-# graders.task lays it out, says where, and waits to be killed.
+# graders.grade.task lays it out, says where, and waits to be killed.
 GRADER_THAT_WAITS = """
 import asyncio, json, os, sys, time
 from graders.grade import task

@@ -1,4 +1,4 @@
-"""The values of a failed check's message the judge shows (graders/shown_values.py): typed
+"""The values of a failed check's message the judge shows (graders/judge/shown_values.py): typed
 values only, re-formatted by the judge, at most 3 values and 4 numbers per check; the bound
 on what they carry is the one README.md's threat model states."""
 

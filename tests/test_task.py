@@ -1,4 +1,4 @@
-"""One grading task (graders/task.py): a hand-in's bytes in, data out. Its notebook gets the
+"""One grading task (graders/grade/task.py): a hand-in's bytes in, data out. Its notebook gets the
 release's nbgrader metadata back (a forged or duplicated test cell loses its own), the
 scratch course gets an assignments-only gradebook, the sandbox's settings and the judge's
 go to nbgrader as configuration (not through the environment), the seconds they measure come
@@ -103,7 +103,7 @@ def test_settings_go_to_nbgrader_as_configuration_and_timings_come_back(tmp_path
     (api,) = made
     settings = api.changes["SandboxedExecute"]["settings"]
     assert settings["budget_s"] == 30 and settings["threads"] == 1
-    assert settings["flat"] is True  # limits given: no per-lab budgets (graders/budgets.py)
+    assert settings["flat"] is True  # limits given: no per-lab budgets (graders/formats/budgets.py)
     assert api.changes["SandboxedExecute"]["reference_dir"] == job["reference_dir"]
     assert api.changes["Execute"] == {"timeout": 7}
     assert api.changes["JudgeRecords"]["reference_dir"] == job["reference_dir"]

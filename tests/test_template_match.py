@@ -1,4 +1,4 @@
-"""Cutting an untrusted text along a trusted template (graders/template_match.py): leftmost,
+"""Cutting an untrusted text along a trusted template (graders/judge/template_match.py): leftmost,
 anchored at both ends, linear in time, and a text that does not fit gives nothing."""
 
 from __future__ import annotations

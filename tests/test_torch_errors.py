@@ -1,5 +1,5 @@
-"""PyTorch's error templates (graders/torch_errors.py, graders/torch_errors.json): each still
-matches the message the installed torch raises (a torch upgrade that changes one fails here:
+"""PyTorch's error templates (graders/judge/torch_errors.py, graders/judge/torch_errors.json): each
+still matches the message the installed torch raises (a torch upgrade that changes one fails here:
 run `python -m graders.judge.torch_errors build`, review, commit), and a message is shown only as
 trusted template words and typed values, whatever the kernel put in it."""
 

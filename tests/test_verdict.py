@@ -1,4 +1,4 @@
-"""graders/verdict.py: the lines `--sentences` prints under a graded hand-in."""
+"""graders/formats/verdict.py: the lines `--sentences` prints under a graded hand-in."""
 
 from graders.formats.verdict import failures
 

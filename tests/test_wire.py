@@ -1,4 +1,4 @@
-"""What crosses between the instructor's side and a task (graders/wire.py): a task's timings
+"""What crosses between the instructor's side and a task (graders/formats/wire.py): a task's timings
 file is summed by phase, and a line that is not a timing (or a missing file) costs nothing."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Kernels forked from the warm process (graders/zygote.py) hold what a kernel started alone
+"""Kernels forked from the warm process (graders/sandbox/zygote.py) hold what a kernel started alone
 in bubblewrap holds, against a hand-in that tries to use what they share: the process they
 were all forked from.
 
