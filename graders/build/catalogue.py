@@ -37,8 +37,8 @@ from pathlib import Path
 import nbformat
 
 from graders.build.build import SourceError, build, source_notebook
-from graders.config.course import LABS, SOLUTIONS, unknown_labs
 from graders.build.demo import Student, answer_ids, student_notebook
+from graders.config.course import LABS, SOLUTIONS, unknown_labs
 from graders.formats.verdict import failures
 
 KINDS = {"wrong", "correct"}
