@@ -42,7 +42,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Grading runs each notebook in a bubblewrap sandbox (graders/sandbox.py).
+# Grading runs each notebook in a bubblewrap sandbox (graders/sandbox/sandbox.py).
 sandbox:
 	@command -v bwrap >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -68,7 +68,7 @@ data: install
 	$(PY) -m data.mnist
 
 demo: build sandbox
-	$(PY) -m graders.demo run
+	$(PY) -m graders.build.demo run
 
 autograde: install sandbox
 	$(PY) -m graders.grade

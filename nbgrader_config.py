@@ -40,8 +40,8 @@ c.ClearSolutions.code_stub = {
 }
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
-# Execution limits while grading: per-lab time budgets (graders/budgets.py). `make build` times
-# each code cell of the lab's solution under grading conditions (build/reference/<lab>.json);
+# Execution limits while grading: per-lab time budgets (graders/formats/budgets.py). `make build`
+# times each code cell of the lab's solution under grading conditions (build/reference/<lab>.json);
 # a hand-in's cell may then run `budget_multiple` times the solution's time for it, at least
 # `budget_floor_s` (`budget_first_cell_floor_s` for the first cell, which imports torch), and
 # the whole notebook `budget_multiple` times the solution's whole run, at least
@@ -54,52 +54,52 @@ c.SandboxedExecute.budget_floor_s = 10
 c.SandboxedExecute.budget_first_cell_floor_s = 30
 c.SandboxedExecute.budget_notebook_floor_s = 60
 # Without a timed reference (plain `nbgrader autograde` before `make build`), or where the
-# caller of graders.grade.grade_class gives cell_timeout or budget_s, the flat limits: this
+# caller of graders.grade.grade.grade_class gives cell_timeout or budget_s, the flat limits: this
 # per cell, 600 s a notebook.
 c.Execute.timeout = 120  # seconds per cell
 c.Execute.interrupt_on_timeout = True
 
 # Tampered, deleted or duplicated test cells are restored from the gradebook; a hand-in
 # notebook whose cells all lost their nbgrader metadata costs that notebook only, with a
-# sentence in its feedback (graders/overwrite.py).
+# sentence in its feedback (graders/judge/overwrite.py).
 c.OverwriteCells.add_missing_cells = True
 c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec",
-    "graders.overwrite.OverwriteCells",
+    "graders.judge.overwrite.OverwriteCells",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 # Output to stderr never costs points (the judge replaces test cells' outputs by its verdict);
 # `nbgrader validate` says so too: a graded cell's stderr is dropped once it has run.
-from graders.stderr import teach_validate  # noqa: E402 (graders is on sys.path from here)
+from graders.judge.stderr import teach_validate  # noqa: E402 (graders is on sys.path from here)
 
 teach_validate()
 c.Autograde.create_student = True
 c.LimitOutput.max_lines = 1000
 c.Autograde.autograde_preprocessors = [
-    # nbgrader's Execute, each kernel in a sandbox; a class run (graders/task.py) adds its
+    # nbgrader's Execute, each kernel in a sandbox; a class run (graders/grade/task.py) adds its
     # settings (budget, data, runtime folder) as c.SandboxedExecute.settings
-    "graders.sandbox.SandboxedExecute",
-    "graders.limits.CapOutputSize",  # characters and bytes, not only lines
+    "graders.sandbox.sandbox.SandboxedExecute",
+    "graders.sandbox.limits.CapOutputSize",  # characters and bytes, not only lines
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
     # Every test cell's verdict, decided here and not in the kernel: its records against the
     # solution's (build/reference/, made by `make build`), its outputs replaced by one
     # sentence. Output to stderr never costs points by itself; only a failed check does.
-    "graders.judge.JudgeRecords",
+    "graders.judge.judge.JudgeRecords",
     "nbgrader.preprocessors.SaveAutoGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 
 # grades.csv: nbgrader's columns, quoted as CSV needs (any student folder name is one field).
-c.ExportApp.plugin_class = "graders.export.QuotedCsvExport"
+c.ExportApp.plugin_class = "graders.formats.export.QuotedCsvExport"
 
 # Feedback shows the judge's sentence for each check, never hidden code or kernel output.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
-    "graders.feedback.TemplateFeedback",
+    "graders.judge.feedback.TemplateFeedback",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 c.HTMLExporter.sanitize_html = True  # a student's markdown may hold HTML and script

@@ -1,4 +1,4 @@
-"""Per-lab time budgets (graders/budgets.py) against the flat ones: the acceptance figures.
+"""Per-lab time budgets (graders/formats/budgets.py) against the flat ones: the acceptance figures.
 
     python benchmarks/budgets.py [--lab LAB ...] [--honest 20] [--loopers 5] [--workers 2]
     python benchmarks/budgets.py budgets            # the budgets of build/reference/, per lab
@@ -16,7 +16,7 @@ limited to half a core, and prints how many were stopped by a budget (the goal: 
 how many lost points.
 
 `slowed` runs any command with the same limit, e.g. the demo classes and the catalogues:
-``python benchmarks/budgets.py slowed -- python -m graders.demo check lab05_dynamicnet``.
+``python benchmarks/budgets.py slowed -- python -m graders.build.demo check lab05_dynamicnet``.
 The limit is a CPU quota on a cgroup made for it (v2 in the caller's part of the tree, else
 v1's cpu controller, as a root grader in most containers has); it says so if there is none.
 Timings mean something on a quiet machine only.
@@ -39,12 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import nbformat  # noqa: E402
 
-from graders import budgets, references  # noqa: E402
-from graders.build import build, source_notebook  # noqa: E402
-from graders.build_reference import prepare_references  # noqa: E402
-from graders.course import LABS, REPO, prepare_data  # noqa: E402
-from graders.demo import Student, answer_ids, student_notebook  # noqa: E402
-from graders.grade import grade_class, worker_count  # noqa: E402
+from graders.build.build import build, source_notebook  # noqa: E402
+from graders.build.demo import Student, answer_ids, student_notebook  # noqa: E402
+from graders.config.course import LABS, REPO, prepare_data  # noqa: E402
+from graders.formats import budgets, references  # noqa: E402
+from graders.grade.grade import grade_class, worker_count  # noqa: E402
+from graders.sandbox.build_reference import prepare_references  # noqa: E402
 
 LOOP = "while True:\n    pass\n"
 FLAT = {"cell_timeout": budgets.FLAT_CELL_S, "budget_s": budgets.FLAT_NOTEBOOK_S}

@@ -15,7 +15,7 @@ below is printed as a figure and as a fraction of that limit (the mean of both
 measurements).
 
 **Class runs.** Plain sequential `nbgrader autograde` (the baseline), then the course's grader
-on a local cluster (`graders.grade.grade_class`, as `make autograde` runs it, feedback off as
+on a local cluster (`graders.grade.grade.grade_class`, as `make autograde` runs it, feedback off as
 plain autograde makes none): its wall time, its ratio, the time from its start to its first
 kernel being up (the command's own imports are printed beside it), and its overhead per
 hand-in over what the cores allow (its wall time minus plain's divided by the limit, per
@@ -53,14 +53,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from graders.build import build  # noqa: E402
-from graders.build_reference import prepare_references  # noqa: E402
-from graders.course import LABS, prepare_data  # noqa: E402
-from graders.demo import write_class  # noqa: E402
-from graders.grade import grade_class, read_scores, worker_count  # noqa: E402
-from graders.inputs import course_inputs  # noqa: E402
-from graders.nbgrader_cli import nbgrader  # noqa: E402
-from graders.task import assignments_only, run  # noqa: E402
+from graders.build.build import build  # noqa: E402
+from graders.build.demo import write_class  # noqa: E402
+from graders.config.course import LABS, prepare_data  # noqa: E402
+from graders.config.nbgrader_cli import nbgrader  # noqa: E402
+from graders.grade.grade import grade_class, read_scores, worker_count  # noqa: E402
+from graders.grade.inputs import course_inputs  # noqa: E402
+from graders.grade.task import assignments_only, run  # noqa: E402
+from graders.sandbox.build_reference import prepare_references  # noqa: E402
 
 
 @contextmanager
@@ -114,7 +114,7 @@ def with_hidden_checks(notebook: Path, source: Path, folder: Path) -> Path:
     nbgrader's autograde runs), written in `folder`."""
     import nbformat
 
-    from graders.judge import test_cells
+    from graders.judge.judge import test_cells
 
     nb = nbformat.read(notebook, as_version=4)
     source_nb = nbformat.read(source, as_version=4)
@@ -136,7 +136,7 @@ def bare_run(notebook: Path) -> float:
     import nbformat
     from nbclient import NotebookClient
 
-    from graders.sandbox_argv import KERNEL_SIDE, KERNEL_THREADS
+    from graders.sandbox.sandbox_argv import KERNEL_SIDE, KERNEL_THREADS
 
     nb = nbformat.read(notebook, as_version=4)
     env = dict(os.environ, NBGRADER_EXECUTION="autograde", PYTHONPATH=str(KERNEL_SIDE))
@@ -186,7 +186,7 @@ def import_time() -> float:
     """Seconds `python -m graders.grade` spends importing before it grades."""
     import subprocess
 
-    code = "import graders.grade"
+    code = "import graders.grade.grade"
     root = str(Path(__file__).resolve().parent.parent)
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)

@@ -1,8 +1,8 @@
 """What every grading kernel started alone pays before a hand-in's own code runs, and what a
 kernel forked from a process that has already paid it pays instead (a root grader forks its
-kernels so: graders/zygote.py).
+kernels so: graders/sandbox/zygote.py).
 
-A kernel started alone in a fresh sandbox (graders/sandbox.py) starts Python and ipykernel,
+A kernel started alone in a fresh sandbox (graders/sandbox/sandbox.py) starts Python and ipykernel,
 imports torch, and (in most labs) imports torch._dynamo the first time an optimizer is used
 (torch.optim's methods are wrapped by torch._disable_dynamo, which imports it on their first
 call). This prints those steps, each timed in a fresh
@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from graders.sandbox_argv import KERNEL_THREADS
+from graders.sandbox.sandbox_argv import KERNEL_THREADS
 
 STEPS = r"""
 import json, sys, time

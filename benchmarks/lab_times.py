@@ -24,9 +24,9 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 
-from graders.build import source_notebook
-from graders.course import LABS, REPO, SOLUTIONS, prepare_data, unknown_labs
-from graders.demo import declared_class, student_notebook
+from graders.build.build import source_notebook
+from graders.build.demo import declared_class, student_notebook
+from graders.config.course import LABS, REPO, SOLUTIONS, prepare_data, unknown_labs
 
 
 def student_run(lab: str, timeout: int = 1200) -> tuple[float, float, str]:

@@ -1,5 +1,5 @@
 """What the instructor's side costs per hand-in as the gradebook grows: the merge of one
-task's result into nbgrader's gradebook (graders/merge.py), and the scheduler's own cost per
+task's result into nbgrader's gradebook (graders/grade/merge.py), and the scheduler's own cost per
 task, measured with no-op tasks on a local Dask cluster.
 
     .venv/bin/python benchmarks/merge_scale.py [--students 2000] [--lab lab02_backprop]
@@ -20,12 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from graders.build import build  # noqa: E402
-from graders.build_reference import prepare_references  # noqa: E402
-from graders.demo import declared_class, student_notebook  # noqa: E402
-from graders.inputs import course_inputs  # noqa: E402
-from graders.merge import merge  # noqa: E402
-from graders.task import assignments_only, run  # noqa: E402
+from graders.build.build import build  # noqa: E402
+from graders.build.demo import declared_class, student_notebook  # noqa: E402
+from graders.grade.inputs import course_inputs  # noqa: E402
+from graders.grade.merge import merge  # noqa: E402
+from graders.grade.task import assignments_only, run  # noqa: E402
+from graders.sandbox.build_reference import prepare_references  # noqa: E402
 
 
 def noop(x):
@@ -46,7 +46,7 @@ def main() -> int:
         import nbformat
 
         release = nbformat.read(root / "labs" / lab / f"{lab}.ipynb", as_version=4)
-        from graders.build import source_notebook
+        from graders.build.build import source_notebook
 
         (complete,) = [s for s in declared_class(lab) if s.name == "complete"]
         nb = student_notebook(complete, release, source_notebook(lab))

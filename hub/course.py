@@ -24,8 +24,8 @@ SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc", "cache", "MNIST", ".ipy
 BUILD = (
     "import sys\n"
     "from pathlib import Path\n"
-    "from graders.build import build\n"
-    "from graders.build_reference import prepare_references\n"
+    "from graders.build.build import build\n"
+    "from graders.sandbox.build_reference import prepare_references\n"
     "root, labs = Path.cwd(), sys.argv[1:]\n"
     "build(root=root, labs=labs)\n"
     "prepare_references(root, labs)\n"

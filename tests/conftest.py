@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from graders.build import build
-from graders.course import LABS
+from graders.build.build import build
+from graders.config.course import LABS
 
 pytest_plugins = ["xdist_groups"]  # tests/xdist_groups.py: the tests that share a fixture
 
@@ -33,7 +33,7 @@ def graded(course, tmp_path_factory):
     students graded by themselves, the folded hand-ins and the ClassRun."""
     from helpers import reference_cache, share_references, write_test_class
 
-    from graders.grade import grade_class
+    from graders.grade.grade import grade_class
 
     share_references(course, LABS, reference_cache(tmp_path_factory))
     alone, folded = [], []

@@ -30,12 +30,9 @@ import nbformat
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
-from graders import gradebook, references
-from graders.build import build, source_notebook
-from graders.build_reference import prepare_references
-from graders.catalogue import Variant, catalogue
-from graders.course import REPO
-from graders.demo import (
+from graders.build.build import build, source_notebook
+from graders.build.catalogue import Variant, catalogue
+from graders.build.demo import (
     Student,
     answer_ids,
     answer_sources,
@@ -43,9 +40,12 @@ from graders.demo import (
     student_notebook,
     write_class,
 )
-from graders.grade import grade_class
+from graders.config.course import REPO
+from graders.formats import gradebook, references
+from graders.formats.records import MIME
+from graders.grade.grade import grade_class
 from graders.kernel.grader_observe import encode
-from graders.records import MIME
+from graders.sandbox.build_reference import prepare_references
 
 REPORT_LABS = ["lab02_backprop", "lab03_accumulation"]  # the two fastest labs to grade
 ODD = '<b>Ann & "O\'Neil" #1 50%?'  # a student folder name with HTML and URL characters
@@ -364,7 +364,7 @@ def small_gradebook(root: Path, lab: str = "lab1", cells: dict[str, float] | Non
 def sandbox_client(tmp_path, cells: list[str], readonly: list[Path] = ()) -> NotebookClient:
     """A client for these cells, whose kernel is started as the grader starts it; the
     command that started it is kept as `client.started`."""
-    from graders import sandbox_kernel
+    from graders.sandbox import sandbox_kernel
 
     nb = new_notebook(cells=[new_code_cell(code) for code in cells])
     runtime = tmp_path / f"runtime-{secrets.token_hex(2)}"
@@ -387,8 +387,8 @@ def sandbox_client(tmp_path, cells: list[str], readonly: list[Path] = ()) -> Not
 
 
 def forked(made: NotebookClient) -> bool:
-    """Whether the client's kernel was forked from the warm process (graders/zygote.py)."""
-    from graders import zygote
+    """Whether the client's kernel was forked from the warm process (graders/sandbox/zygote.py)."""
+    from graders.sandbox import zygote
 
     (command,) = made.started
     return str(zygote.STUB) in command and "bwrap" not in command

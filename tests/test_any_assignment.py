@@ -36,10 +36,10 @@ import nbformat
 import nbgrader
 import pytest
 
-from graders.build import build
-from graders.build_reference import prepare_references
-from graders.nbgrader_cli import make_api_factory, nbgrader_env, this_python_first
-from graders.overwrite import MALFORMED
+from graders.build.build import build
+from graders.config.nbgrader_cli import make_api_factory, nbgrader_env, this_python_first
+from graders.judge.overwrite import MALFORMED
+from graders.sandbox.build_reference import prepare_references
 
 pytestmark = pytest.mark.slow
 
@@ -251,7 +251,7 @@ def test_make_autograde_grades_an_instructors_assignment_in_its_class_run(graded
     """Every hand-in of ps1 and quiz went through the class run (intake, a scratch course under
     a neutral id, the sandbox, the engine): a line each in the grading log with the key of
     what it was graded from and each test cell's verdict by notebook, and its phases timed."""
-    from graders import gradelog
+    from graders.formats import gradelog
 
     _, _, again, runs = graded
     latest = gradelog.latest(gradelog.read(again)[0])

@@ -1,5 +1,5 @@
 """Every visible-check message of every lab still reads as a whole sentence once the judge has
-removed its values (graders/judge.py quotes a failed check's message from the release, each
+removed its values (graders/judge/judge.py quotes a failed check's message from the release, each
 `{...}` replaced by '…', because a value computed in the student's kernel could carry text).
 
 The rule (CONTRIBUTING.md, "Writing a check's message"): a value goes inside parentheses, as a
@@ -16,8 +16,8 @@ import re
 
 import pytest
 
-from graders.course import LABS, REPO
-from graders.judge import message_template
+from graders.config.course import LABS, REPO
+from graders.judge.judge import message_template
 
 MIN_WORDS = 8
 # hints that only make sense with the removed text in front of the reader

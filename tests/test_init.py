@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from graders.course import REPO
+from graders.config.course import REPO
 
 PROBE = """
 import sys

@@ -1,15 +1,37 @@
-"""The shape CONTRIBUTING.md promises: no two modules of graders/ import each other, not even
-through others or inside a function; the class report imports nothing of grading. (The
-release imports nothing of the repository: tests/test_build.py.)"""
+"""The shape CONTRIBUTING.md promises: graders/ is a few packages, each with a face that names
+what it offers; imports between packages go one way, as `RULES` says (the formats import
+nothing of the course, the judge and the sandbox never import the build, the report imports
+nothing of grading), with no circle between packages and none between modules, not even
+through others or inside a function. Each rule is also shown to fail on a deliberately bad
+import (the tests named `..._caught`). (The release imports nothing of the repository:
+tests/test_build.py.)"""
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
-from graders.course import REPO
+import pytest
 
-GRADING = {"engine", "dispatch", "task", "sandbox", "sandbox_kernel", "judge", "zygote", "grade"}
+from graders.config.course import REPO
+
+GRADERS = REPO / "graders"
+# Each package of graders/, lowest first, and the packages it may import: an import from a
+# package to one not named here breaks the layout. graders/kernel/ is the code that runs in the
+# student's kernel, on its path: the grader imports of it only the records' MIME type.
+RULES = {
+    "kernel": set(),
+    "config": set(),
+    "formats": {"kernel"},  # nothing of the course but the kernel side's MIME type
+    "sandbox": {"config", "formats"},
+    "judge": {"config", "formats", "sandbox"},  # the sandbox's reference run; never the build
+    "grade": {"config", "formats", "sandbox", "judge"},
+    "report": {"config", "formats"},  # nothing of grading
+    "build": {"config", "formats", "sandbox", "judge", "grade", "report"},
+}
+GRADING = {"sandbox", "judge", "grade", "build"}
+ENGINES = ("dask", "distributed", "nbclient")  # what the report must not start either
 
 
 def module_name(path: Path) -> str:
@@ -17,7 +39,8 @@ def module_name(path: Path) -> str:
     return name.removesuffix(".__init__")
 
 
-def imported(path: Path) -> set[str]:
+@functools.cache
+def imported(path: Path) -> frozenset[str]:
     """Every module named by an import anywhere in the file (functions included)."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
@@ -25,14 +48,20 @@ def imported(path: Path) -> set[str]:
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
-    return names
+    return frozenset(names)
 
 
-FILES = {module_name(p): p for p in (REPO / "graders").rglob("*.py")}
+FILES = {module_name(p): p for p in GRADERS.rglob("*.py")}
 
 
-def graders_graph() -> dict[str, set[str]]:
-    return {name: (imported(path) & FILES.keys()) - {name} for name, path in FILES.items()}
+def graders_graph(files: dict[str, Path] = FILES) -> dict[str, set[str]]:
+    return {name: (imported(path) & files.keys()) - {name} for name, path in files.items()}
+
+
+def package_of(module: str) -> str | None:
+    """The package of graders/ a module is in (None: graders/__init__.py itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
 
 
 def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
@@ -44,19 +73,154 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
+def module_circles(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(name for name in graph if name in reachable(graph, name))
+
+
+def package_arrows(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Which packages each package imports."""
+    arrows: dict[str, set[str]] = {}
+    for name, uses in graph.items():
+        if (source := package_of(name)) is not None:
+            used = {package_of(u) for u in uses} - {source, None}
+            arrows[source] = arrows.get(source, set()) | used
+    return arrows
+
+
+def package_circles(graph: dict[str, set[str]]) -> list[str]:
+    arrows = package_arrows(graph)
+    return sorted(p for p in arrows if p in reachable(arrows, p))
+
+
+def broken_rules(graph: dict[str, set[str]]) -> list[str]:
+    """Each import from a package to one its rule leaves out, in words."""
+    return sorted(
+        f"{name} imports {used} ({source} may import only {sorted(RULES[source])})"
+        for name, uses in graph.items()
+        if (source := package_of(name)) in RULES
+        for used in uses
+        if package_of(used) not in (None, source, *RULES[source])
+    )
+
+
+def outside_the_packages(files: dict[str, Path]) -> list[str]:
+    """Modules of graders/ that no package of `RULES` holds (graders/__init__.py aside)."""
+    return sorted(name for name in files if package_of(name) not in (None, *RULES))
+
+
+def report_reaches(graph: dict[str, set[str]], files: dict[str, Path]) -> list[str]:
+    """What the class report reaches of grading, or of a grading engine, through any import."""
+    report = {name for name in graph if package_of(name) == "report"}
+    uses = report.union(*(reachable(graph, name) for name in report))
+    grading = {name for name in uses if package_of(name) in GRADING}
+    outside = set().union(*(imported(files[name]) for name in uses))
+    return sorted(grading | {name for name in outside if name.split(".")[0] in ENGINES})
+
+
+def face_problems(package: Path) -> list[str]:
+    """What a package's __init__.py lacks: a docstring, and `__all__` naming its modules."""
+    init = package / "__init__.py"
+    modules = sorted(p.stem for p in package.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    if not init.is_file():
+        return [f"{package.name} has no __init__.py"]
+    tree = ast.parse(init.read_text())
+    problems = [] if ast.get_docstring(tree) else [f"{package.name}/__init__.py has no docstring"]
+    offered = [
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and [getattr(t, "id", None) for t in node.targets] == ["__all__"]
+    ]
+    if offered != [modules]:
+        problems.append(f"{package.name}/__init__.py's __all__ is {offered}, its modules {modules}")
+    return problems
+
+
+def test_graders_is_a_few_packages_each_with_a_face():
+    top = sorted(p.name for p in GRADERS.iterdir() if p.suffix == ".py" or any(p.glob("*.py")))
+    assert top == sorted(["__init__.py", *RULES]), top
+    assert len(RULES) <= 8
+    assert len(FILES) > 40, sorted(FILES)  # the walk found the modules in the packages
+    assert not outside_the_packages(FILES)
+    for package in set(RULES) - {"kernel"}:  # the kernel side is a folder on the kernel's path
+        assert not face_problems(GRADERS / package)
+
+
+def test_imports_between_packages_go_one_way():
+    graph = graders_graph()
+    assert package_arrows(graph)["build"] >= {"grade", "report", "sandbox"}  # arrows are seen
+    assert not broken_rules(graph)
+    assert not package_circles(graph)
+
+
 def test_no_module_of_the_grader_imports_itself_through_others():
     graph = graders_graph()
-    assert len(graph) > 30, sorted(graph)  # the walk found the package
-    circles = sorted(name for name in graph if name in reachable(graph, name))
+    circles = module_circles(graph)
     assert not circles, f"modules in an import circle: {circles}"
 
 
 def test_the_class_report_imports_nothing_of_grading():
     graph = graders_graph()
-    uses = reachable(graph, "graders.report")
-    assert "graders.report_page" in uses  # the walk follows the report's own modules
-    grading = sorted(uses & {f"graders.{name}" for name in GRADING})
-    assert not grading, f"graders.report reaches the grading stack: {grading}"
-    outside = set().union(*(imported(FILES[name]) for name in uses | {"graders.report"}))
-    engines = {n for n in outside if n.split(".")[0] in ("dask", "distributed", "nbclient")}
-    assert not engines, f"graders.report reaches {sorted(engines)}"
+    assert "graders.report.report_page" in reachable(graph, "graders.report.report")
+    assert not report_reaches(graph, FILES)
+
+
+def with_import(module: str, line: str, tmp_path: Path) -> dict[str, Path]:
+    """FILES with `module` as it is plus `line`, an import inside a function at its end."""
+    changed = tmp_path / f"{module}.py"
+    changed.write_text(f"{FILES[module].read_text()}\n\ndef _later():\n    {line}\n")
+    return {**FILES, module: changed}
+
+
+@pytest.mark.parametrize(
+    "module, line",
+    [
+        ("graders.formats.verdict", "from graders.config.course import REPO"),
+        ("graders.formats.records", "import graders.sandbox.sandbox_argv"),
+        ("graders.judge.judge", "from graders.build.build import source_notebook"),
+        ("graders.sandbox.sandbox", "from graders.build import demo"),
+        ("graders.sandbox.zygote", "from graders.judge.judge import JudgeRecords"),
+        ("graders.report.report_data", "from graders.grade import task"),
+        ("graders.grade.task", "from graders.report.report_numbers import numbers"),
+        ("graders.config.course", "from graders.formats import gradebook"),
+    ],
+)
+def test_an_import_against_the_rules_is_caught(module, line, tmp_path):
+    broken = broken_rules(graders_graph(with_import(module, line, tmp_path)))
+    assert broken and all(b.startswith(f"{module} imports graders.") for b in broken), broken
+
+
+def test_a_circle_between_packages_is_caught(tmp_path):
+    graph = graders_graph(
+        with_import("graders.config.course", "import graders.build.demo", tmp_path)
+    )
+    assert {"build", "config"} <= set(package_circles(graph))
+
+
+def test_a_circle_between_modules_is_caught(tmp_path):
+    files = with_import("graders.formats.gradebook", "from graders.grade import merge", tmp_path)
+    assert module_circles(graders_graph(files)) == [
+        "graders.formats.gradebook",
+        "graders.grade.merge",
+    ]
+
+
+@pytest.mark.parametrize(
+    "line", ["from graders.sandbox import sandbox_kernel", "import distributed"]
+)
+def test_the_report_reaching_grading_is_caught(line, tmp_path):
+    files = with_import("graders.report.report_numbers", line, tmp_path)
+    assert report_reaches(graders_graph(files), files)
+
+
+def test_a_module_outside_the_packages_and_a_face_that_lies_are_caught(tmp_path):
+    stray = tmp_path / "stray.py"
+    stray.write_text("import graders.formats.wire\n")
+    assert outside_the_packages({**FILES, "graders.stray": stray}) == ["graders.stray"]
+    package = tmp_path / "formats"
+    package.mkdir()
+    for path in (GRADERS / "formats").glob("*.py"):
+        (package / path.name).write_text(path.read_text())
+    (package / "new_format.py").write_text('"""A format the face does not name."""\n')
+    problems = face_problems(package)
+    assert len(problems) == 1 and "'new_format'" in problems[0], problems

@@ -5,7 +5,7 @@ import tomllib
 
 import yaml
 
-from graders.course import REPO
+from graders.config.course import REPO
 
 # conda-forge names that differ from PyPI's
 CONDA_TO_PYPI = {"pytorch": "torch", "matplotlib-base": "matplotlib"}

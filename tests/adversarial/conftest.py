@@ -29,22 +29,22 @@ from hostile_class import (
     write_notebook,
 )
 
-from graders.build import build
-from graders.build_reference import prepare_references
-from graders.demo import write_class
-from graders.grade import grade_class
+from graders.build.build import build
+from graders.build.demo import write_class
+from graders.grade.grade import grade_class
+from graders.sandbox.build_reference import prepare_references
 
 
 @contextmanager
 def frozen():
     """Builds and demo classes read the frozen lab 2 while this lasts."""
-    import graders.build
-    import graders.demo
+    import graders.build.build
+    import graders.build.demo
 
     patch = pytest.MonkeyPatch()
     source = lambda lab: hostile_class.FROZEN / lab / f"{lab}.py"  # noqa: E731
-    patch.setattr(graders.build, "lab_source", source)
-    patch.setattr(graders.demo, "SOLUTIONS", hostile_class.FROZEN)
+    patch.setattr(graders.build.build, "lab_source", source)
+    patch.setattr(graders.build.demo, "SOLUTIONS", hostile_class.FROZEN)
     patch.setattr(hostile_class, "lab_source", source)
     try:
         yield

@@ -44,10 +44,12 @@ from attacks_on_the_verdict import (
     WRONG,
 )
 
-from graders import judge, records, sandbox_argv, sandbox_host
-from graders.build import source_notebook
-from graders.course import REPO, SOLUTIONS, lab_source
-from graders.demo import declared_class, student_notebook
+from graders.build.build import source_notebook
+from graders.build.demo import declared_class, student_notebook
+from graders.config.course import REPO, SOLUTIONS, lab_source
+from graders.formats import records
+from graders.judge import judge
+from graders.sandbox import sandbox_argv, sandbox_host
 
 LAB = "lab02_backprop"  # 10 points: 5 test cells of 2, answer cells below
 

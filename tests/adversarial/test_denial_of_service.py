@@ -23,8 +23,9 @@ from hostile_class import (
     write_notebook,
 )
 
-from graders import budgets, references, sandbox_kernel
-from graders.grade import grade_class
+from graders.formats import budgets, references
+from graders.grade.grade import grade_class
+from graders.sandbox import sandbox_kernel
 
 
 def test_one_hand_in_cannot_stop_the_class(graded):

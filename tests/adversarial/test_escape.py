@@ -19,9 +19,9 @@ from hostile_class import (
     ways_to_the_allowed,
 )
 
-from graders import sandbox_argv, sandbox_host
-from graders.course import REPO, SOLUTIONS
-from graders.demo import declared_class
+from graders.build.demo import declared_class
+from graders.config.course import REPO, SOLUTIONS
+from graders.sandbox import sandbox_argv, sandbox_host
 
 
 def test_nothing_submitted_built_or_in_solutions_was_modified(graded):

@@ -20,8 +20,8 @@ from hostile_class import (
     listed_rank,
 )
 
-from graders import intake
-from graders.grade import grade_class
+from graders.grade import intake
+from graders.grade.grade import grade_class
 
 
 def test_late_submissions_are_late_as_plain_nbgrader_would_say(graded):

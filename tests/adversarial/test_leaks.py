@@ -8,7 +8,7 @@ import html
 
 from hostile_class import CSV_HOSTILE, LAB, NAMED, NAMES, hidden_lines, outputs, scan_for_leaks
 
-from graders.demo import declared_class
+from graders.build.demo import declared_class
 
 
 def test_nothing_leaked_between_students_or_out_of_the_hidden_tests(graded):

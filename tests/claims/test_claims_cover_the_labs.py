@@ -14,7 +14,7 @@ import jupytext
 import pytest
 from claims import QUOTED, SOLUTIONS, normalise
 
-from graders.course import LABS
+from graders.config.course import LABS
 
 UNIT = (
     r"(?:%|\s?(?:s|ms|µs|us|ns|MiB|KiB|GiB|MB|KB|GB|kB|bytes)(?![\w-])"

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from claims import SOLUTIONS, lab_class
 
-from graders.course import LABS
+from graders.config.course import LABS
 
 SIGNATURE = "(d_in=784, hidden=100, d_out=10, max_depth=3, seed=None)"
 

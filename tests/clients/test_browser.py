@@ -25,10 +25,10 @@ import nbformat
 import pytest
 from helpers import OUTPUT_PX, free_port
 
-from graders.build import source_notebook
-from graders.course import REPO
-from graders.demo import declared_class, student_notebook
-from graders.report import build_report
+from graders.build.build import source_notebook
+from graders.build.demo import declared_class, student_notebook
+from graders.config.course import REPO
+from graders.report.report import build_report
 
 LAB = "lab02_backprop"  # draws its graph with draw(out)
 SCREENSHOT = REPO / "test-output" / f"{LAB}-jupyterlab.png"

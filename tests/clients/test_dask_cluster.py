@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from helpers import reference_cache, share_references
 
-from graders.build import build
-from graders.class_run import read_scores
-from graders.course import REPO
-from graders.demo import write_class
-from graders.gradelog import GRADING_LOG
+from graders.build.build import build
+from graders.build.demo import write_class
+from graders.config.course import REPO
+from graders.formats.gradelog import GRADING_LOG
+from graders.grade.class_run import read_scores
 
 LABS = ["lab01_graph"]  # its demo class: 9 hand-ins, of the lab whose notebook runs quickest
 DASK = str(Path(sys.executable).parent / "dask")

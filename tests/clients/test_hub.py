@@ -43,9 +43,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from graders.build import source_notebook
-from graders.course import REPO
-from graders.demo import declared_class, student_notebook
+from graders.build.build import source_notebook
+from graders.build.demo import declared_class, student_notebook
+from graders.config.course import REPO
 
 STATE = Path(os.environ.get("COURSE_HUB_STATE", "/srv/dgl-hub"))
 SHOTS = REPO / "test-output" / "hub"

@@ -45,11 +45,11 @@ import pytest
 from helpers import free_port, reference_cache, share_references
 from nbgrader.api import Gradebook
 
-from graders import sandbox, sandbox_argv, sandbox_host
-from graders.build import source_notebook, write_sources
-from graders.course import LABS, REPO, lab_source
-from graders.demo import declared_class, student_notebook
-from graders.judge import BEGIN, ENVIRONMENT
+from graders.build.build import source_notebook, write_sources
+from graders.build.demo import declared_class, student_notebook
+from graders.config.course import LABS, REPO, lab_source
+from graders.judge.judge import BEGIN, ENVIRONMENT
+from graders.sandbox import sandbox, sandbox_argv, sandbox_host
 
 pytestmark = pytest.mark.timeout(1200)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import complete_notebook, errors, student_view_problems
 
-from graders.course import LABS, REPO
+from graders.config.course import LABS, REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 

@@ -19,9 +19,9 @@ import pytest
 import torch
 from helpers import complete_notebook, errors, student_view_problems
 
-from graders import sandbox, sandbox_argv, sandbox_kernel
-from graders.build import source_notebook
-from graders.course import LABS, REPO, SOLUTIONS
+from graders.build.build import source_notebook
+from graders.config.course import LABS, REPO, SOLUTIONS
+from graders.sandbox import sandbox, sandbox_argv, sandbox_kernel
 
 SETUP_CELL = SOLUTIONS / "common" / "setup_cell.py"
 LAB_BUDGET_S = 120  # the longest one cell may take

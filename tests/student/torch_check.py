@@ -34,7 +34,7 @@ import pytest
 from helpers import complete_notebook, errors, free_port, student_view_problems
 from torch_env import make_env
 
-from graders.course import LABS, REPO
+from graders.config.course import LABS, REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -89,7 +89,7 @@ def run_claims(venv: Path) -> str:
     """tests/claims with `venv`'s Python and torch (tests/conftest.py, which imports the
     grader, is left out: the claims need torch, pytest and jupytext only)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COURSE_", "PYTEST_"))}
-    env["PYTHONPATH"] = str(REPO)  # graders.course: the list of labs
+    env["PYTHONPATH"] = str(REPO)  # graders.config.course: the list of labs
     done = subprocess.run(
         [str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
         + ["--confcutdir", str(REPO / "tests" / "claims"), str(REPO / "tests" / "claims")],

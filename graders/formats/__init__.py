@@ -1,0 +1,11 @@
+"""The files and messages the grader's steps hand each other, each defined here by the one
+module that owns it, with a typed record, and importing nothing of the course but the MIME
+type of the kernel side's records: a test cell's verdict (`verdict`: ``Verdict``, ``Kind``),
+a hidden test's records (`records`: ``Record``, ``Observations``), a lab's reference file
+(`references`: ``ReferenceFile``) and the time budgets drawn from its cell times
+(`budgets`: ``CellTime``, ``plan``), what a grading task gets and gives back and its timings
+file (`wire`: ``Course``, ``Job``, ``LocalJob``, ``Result``, ``Scores``), the grading log
+(`gradelog`: ``LogEntry``), the gradebook's file (`gradebook`) and grades.csv (`export`:
+``QuotedCsvExport``)."""
+
+__all__ = ["budgets", "export", "gradebook", "gradelog", "records", "references", "verdict", "wire"]

@@ -1,0 +1,139 @@
+"""What crosses between the instructor's side (graders.grade, graders.merge) and a grading task
+(graders.task), on whichever machine the engine (graders.engine) runs it: plain data only,
+since a task shares no file system with the instructor.
+
+* `Course`: what every task of a class run shares (graders.inputs.course_inputs makes it);
+* `Job`: one hand-in (graders.grade makes it; graders.task.run adds `LocalJob`'s paths);
+* `Result`: what a task gives back (graders.task.grade), merged by graders.merge;
+* the task's timings file: the seconds the sandbox and the judge measured inside nbgrader,
+  appended by them (`add_timing`) and summed by the task (`read_timings`), the file named in
+  the settings nbgrader passes them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import NotRequired, TypedDict
+
+from graders.formats.records import Observations
+
+
+class Course(TypedDict):
+    """By assignment (a lab, or an instructor's own), then by notebook name (a lab has one,
+    named after it; an instructor's assignment any number)."""
+
+    config: str  # nbgrader_config.py's text
+    gradebook: bytes  # the assignments-only gradebook (no students)
+    references: dict[str, dict[str, Observations]]  # the solution's records
+    releases: dict[str, dict[str, str]]  # the released notebooks' text
+    # the release's other files and folders: each regular file by its path in the release
+    # folder ("data.txt", "data/train.csv"), as bytes; never a link
+    files: dict[str, dict[str, bytes]]
+    timings: NotRequired[dict[str, dict[str, dict]]]  # the solution's times (graders/budgets.py)
+
+
+class Job(TypedDict):
+    lab: str  # the assignment
+    notebooks: dict[str, str]  # the hand-in's notebooks by name (those it holds), text
+    timestamp: str | None  # nbgrader's timestamp.txt, when handed in with one
+    cell_timeout: int | None  # seconds per cell, flat (None: the per-lab budgets)
+    budget_s: float | None  # the whole notebook, flat (None: the per-lab budgets)
+    feedback: bool  # make the feedback page too
+
+
+class LocalJob(Job, total=False):
+    """A job with what graders.task.run unpacked of the Course on the worker's disk."""
+
+    gradebook: str
+    reference_dir: str
+    files: list[str]  # the released files and folders, put in the kernel's working folder
+    data_root: str | None
+    releases: dict[str, str]  # the released notebooks by name, text
+    scratch_root: str
+
+
+class GradeScores(TypedDict):
+    auto_score: float | None
+    manual_score: float | None
+    extra_credit: float | None
+    needs_manual_grade: bool
+
+
+class NotebookScores(TypedDict):
+    late_penalty: float | None
+    grades: dict[str, GradeScores]  # by grade cell's name
+    comments: dict[str, str | None]  # by cell's name: nbgrader's auto comment
+
+
+class Scores(TypedDict):
+    timestamp: str | None  # ISO
+    notebooks: dict[str, NotebookScores]  # by notebook name
+
+
+class Result(TypedDict, total=False):
+    ok: bool
+    reason: str | None  # why not ok
+    timings: dict[str, float]  # seconds by phase; started_at (epoch) until the grader reads it
+    verdicts: dict[str, dict]  # by grade_id: graders.verdict.Verdict plus "cell" (its index)
+    scores: Scores
+    autograded: dict[str, str]  # the graded notebooks by name, text
+    feedback: dict[str, str]  # the feedback pages by notebook name, HTML
+    feedback_problem: str  # why there is no feedback page
+
+
+def add_timing(file: Path, phase: str, seconds: float) -> None:
+    """Append `seconds` spent in `phase` to a task's timings file, with when (epoch) it was
+    written: the end of that phase."""
+    row = {"phase": phase, "seconds": seconds, "at": time.time()}
+    with open(file, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row) + "\n")
+
+
+def _timing_rows(file: Path):
+    """The rows of a task's timings file that parse (none where it is missing)."""
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            yield row
+
+
+def read_timings(file: Path) -> dict[str, float]:
+    """The seconds of each phase in a task's timings file, summed (none where it is missing)."""
+    sums: dict[str, float] = {}
+    for row in _timing_rows(file):
+        try:
+            sums[str(row["phase"])] = sums.get(str(row["phase"]), 0.0) + float(row["seconds"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return sums
+
+
+def first_end(file: Path, phase: str) -> float | None:
+    """When (epoch) `phase` first ended in a task's timings file (the first kernel up, for
+    "kernel_start"), or None where it never did."""
+    ends = []
+    for row in _timing_rows(file):
+        try:
+            if row["phase"] == phase:
+                ends.append(float(row["at"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return min(ends) if ends else None
+
+
+def kill_reason(events: Path) -> str:
+    """What the sandbox's events file says of a kernel it killed over the notebook's budget."""
+    try:
+        event = json.loads(events.read_text().splitlines()[0])
+        return f"the whole-notebook budget of {float(event['notebook_s']):g} s"
+    except (OSError, ValueError, IndexError, KeyError, TypeError):
+        return "the whole-notebook budget"

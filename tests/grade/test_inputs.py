@@ -1,0 +1,46 @@
+"""A class run's inputs (graders/grade/inputs.py): the hand-ins are graded longest lab first."""
+
+from __future__ import annotations
+
+import json
+
+from graders.config.course import LABS
+
+
+def test_labs_whose_solution_ran_longest_are_graded_first(course, graded, tmp_path):
+    """`make build` times each lab's solution run; a class run starts with the longest labs,
+    so it does not end on one long notebook while the other workers wait."""
+    from graders.grade.inputs import longest_first
+    from graders.grade.intake import HandIn
+
+    for lab in LABS:
+        saved = json.loads((course / "build" / "reference" / f"{lab}.json").read_text())
+        assert saved["seconds"] > 0, lab
+    reference = tmp_path / "build" / "reference"
+    reference.mkdir(parents=True)
+    for lab, seconds in (("short", 2.0), ("long", 9.5), ("middle", 4.0)):
+        (reference / f"{lab}.json").write_text(json.dumps({"seconds": seconds}))
+    (reference / "damaged.json").write_text("{not json")
+    labs = ("short", "damaged", "long", "middle")
+    found = [HandIn(student, lab, b"") for student in ("a", "b") for lab in labs]
+    order = [(h.student, h.lab) for h in longest_first(found, tmp_path)]
+    expected = ["long", "middle", "short", "damaged"]  # a lab never timed: last, as found
+    assert order == [(student, lab) for lab in expected for student in ("a", "b")]
+
+
+def test_the_released_files_are_every_regular_file_at_any_depth_and_no_link(tmp_path):
+    """What a class run gives every kernel of an instructor's assignment: the release's files
+    and folders at any depth, by path; never a link (in a folder or not), a notebook or a
+    cache, as plain nbgrader's autograde copies the source's files beside a hand-in."""
+    from graders.grade.inputs import released_files
+
+    release = tmp_path / "quiz"
+    (release / "data" / "deep" / "__pycache__").mkdir(parents=True)
+    (release / "quiz.ipynb").write_text("{}")
+    (release / "data.txt").write_text("top")
+    (release / "data" / "deep" / "values.txt").write_text("1 2 3")
+    (release / "data" / "deep" / "inner.ipynb").write_text("{}")
+    (release / "data" / "deep" / "__pycache__" / "m.pyc").write_bytes(b"x")
+    (release / "data" / "deep" / "link").symlink_to("/etc/hostname")
+    (release / "linked").symlink_to(release / "data")
+    assert released_files(release) == {"data.txt": b"top", "data/deep/values.txt": b"1 2 3"}
