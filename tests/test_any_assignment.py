@@ -301,7 +301,7 @@ def test_make_report_and_the_formgraders_views_read_the_assignments(graded):
     """`make report` on the class run's course: its grades-wide.csv has each assignment's
     total per student as the gradebook has it, and its page each assignment's cells by
     notebook; the formgrader's views (nbgrader's API, which its pages call) list them."""
-    from graders.report import build_report
+    from graders.report.report import build_report
 
     _, _, again, _ = graded
     built = build_report(again)
