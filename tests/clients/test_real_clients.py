@@ -44,6 +44,7 @@ import nbformat
 import pytest
 from helpers import free_port, reference_cache, share_references
 from nbgrader.api import Gradebook
+from venvs import link_installed, new_venv, pip_into
 
 from graders.build.build import source_notebook, write_sources
 from graders.build.demo import declared_class, student_notebook
@@ -341,14 +342,11 @@ def no_torch_venv(request, tmp_path_factory) -> Path:
     if done.is_file() and (venv / "bin" / "nbgrader").is_file():
         return venv
     shutil.rmtree(venv)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    # --no-compile: pip's bytecode for every module of every package is half the install;
-    # the one nbgrader run below compiles what it imports
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-compile"]
-    pip += ["--retries", "1"]
-    result = subprocess.run(
-        [*pip, "nbgrader>=0.9.2,<0.10"], capture_output=True, text=True, timeout=900
-    )
+    new_venv(venv, with_pip=True)  # its own pip: grading must not use it to install torch
+    wanted = ["nbgrader>=0.9.2,<0.10"]
+    link_installed(venv, wanted)  # tests/venvs.py: what this environment holds, linked in
+    pip = [*pip_into(venv), "install", "--quiet", "--no-compile", "--retries", "1"]
+    result = subprocess.run([*pip, *wanted], capture_output=True, text=True, timeout=900)
     if result.returncode != 0:
         pytest.skip(f"could not pip-install nbgrader: {result.stderr.strip()[-300:]}")
     done.write_text("nbgrader only\n")

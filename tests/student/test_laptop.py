@@ -1,4 +1,4 @@
-"""A student's laptop: a fresh Python 3.12 virtual environment with exactly the README's pip
+"""A student's laptop: a fresh virtual environment with exactly the README's pip
 line (torch from whatever index this machine offers), no repository, no course variables.
 Every release notebook, filled in from the solution, runs top to bottom there; and lab 5
 with the network off says in plain words where its data comes from."""
@@ -14,26 +14,11 @@ from pathlib import Path
 
 import pytest
 from helpers import complete_notebook, errors, student_view_problems
+from venvs import link_installed, new_venv, pip_into
 
 from graders.config.course import LABS, REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
-
-
-def python312() -> str | None:
-    """A Python 3.12 that runs (a pyenv shim may exist and refuse)."""
-    found = [
-        shutil.which("python3.12"),
-        *map(str, Path.home().glob(".pyenv/versions/3.12*/bin/python3.12")),
-    ]
-    for candidate in filter(None, found):
-        try:
-            ok = subprocess.run([candidate, "--version"], capture_output=True, timeout=30)
-        except OSError:
-            continue
-        if ok.returncode == 0:
-            return candidate
-    return None
 
 
 def readme_pip_line() -> list[str]:
@@ -46,18 +31,22 @@ def readme_pip_line() -> list[str]:
 
 @pytest.fixture(scope="module")
 def laptop(tmp_path_factory) -> Path:
-    """A Python 3.12 venv with the README's packages (and ipykernel, which jupyterlab brings)."""
-    python = python312()
-    if python is None:
-        pytest.skip("no Python 3.12 on this machine")
+    """A fresh venv of this Python with the README's packages (and ipykernel, which jupyterlab
+    brings). What those packages need and this environment holds in the same versions (torch
+    and its CUDA packages: 4.5 GB) is linked in by `link_installed`, as pip would unpack the
+    same wheels: unpacking and downloading them again took about two and a half minutes of
+    CI. Then pip resolves the README's line in the venv, finds those satisfied and installs
+    whatever else it names. Other torches, and Python 3.12, are `make torch-check`'s
+    (tests/student/torch_check.py)."""
     venv = tmp_path_factory.mktemp("laptop") / "venv"
-    subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    new_venv(venv)
     packages = [p for p in readme_pip_line() if p != "jupyterlab"] + ["ipykernel"]
+    link_installed(venv, packages)
     # --no-compile: pip would compile every module of every package (about a minute of CPU,
     # half the install); the laptop's Python writes the bytecode of what the labs import,
     # the first time they import it (run_on_laptop lets it), as any Python does
     install = subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "--quiet", "--no-compile", *packages],
+        [*pip_into(venv), "install", "--quiet", "--no-compile", *packages],
         capture_output=True,
         text=True,
     )
