@@ -1120,11 +1120,11 @@ def recursive_batch(model, trees):
 
 
 check(defined("sample_labels"), "Run the data cell of section 1 first (it needs exercise 1).")
-window = 0.1 if GRADING else 3.0
+window, timed = (0.1, 16) if GRADING else (3.0, len(sample_trees))  # graded: 16 trees, briefly
 with your_code("encode_recursive"):
-    rec_speed = time_steps(recursive_batch, sample_trees, sample_labels, window)
+    rec_speed = time_steps(recursive_batch, sample_trees[:timed], sample_labels[:timed], window)
 with your_code("encode_batched"):
-    bat_speed = time_steps(encode_batched, sample_trees, sample_labels, window)
+    bat_speed = time_steps(encode_batched, sample_trees[:timed], sample_labels[:timed], window)
 print(f"recursive     : {rec_speed:8.0f} trees/s")
 print(f"level-batched : {bat_speed:8.0f} trees/s   ({bat_speed / rec_speed:.1f}x)")
 
@@ -1185,10 +1185,11 @@ def train(logits_fn, params, seconds, batch=128, lr=3e-3, name="model"):
     return losses
 
 
-def test_accuracy(logits_fn):
+def test_accuracy(logits_fn, n=500 if GRADING else 2000):
+    """The accuracy on the first n test trees (graded: 500, the runs are seconds long)."""
     with torch.no_grad():
-        logits = torch.cat([logits_fn(test_trees[s : s + 500]) for s in range(0, 2000, 500)])
-    return (logits.argmax(1) == test_labels).float().mean().item()
+        logits = torch.cat([logits_fn(test_trees[s : s + 500]) for s in range(0, n, 500)])
+    return (logits.argmax(1) == test_labels[:n]).float().mean().item()
 
 
 TREE_SECONDS, LSTM_SECONDS = (1, 0.5) if GRADING else (90, 60)
