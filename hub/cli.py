@@ -62,6 +62,29 @@ def alive(pid: int | None) -> bool:
         return True
 
 
+def identity(pid: int | None) -> str | None:
+    """Who process `pid` is, in a way no other process shares: the machine's boot and the
+    kernel's start time of the process; None where there is no such process. A pid alone
+    names another process after a machine restart (or once the hub's process has died):
+    `make hub-stop` would signal it, and `make hub` refuse to start."""
+    if not pid:
+        return None
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return f"{boot} {fields[19]}"  # stat's field 22, starttime, after the name's ")"
+
+
+def running(state: dict) -> int | None:
+    """The pid of the term's `make hub` if that very process still runs, else None."""
+    pid = state.get("pid")
+    if pid and state.get("pid_identity") and identity(pid) == state["pid_identity"]:
+        return pid
+    return None
+
+
 def read_state() -> dict:
     try:
         return json.loads(STATE_FILE.read_text())
@@ -78,7 +101,7 @@ def set_up(students: int, port: int, ip: str, labs: list[str], say=None) -> dict
         )
     if shutil.which("bwrap") is None:
         raise SystemExit("make hub: grading needs bubblewrap (`make sandbox`)")
-    if alive(read_state().get("pid")):
+    if running(read_state()):
         raise SystemExit(
             f"make hub: a hub runs already (pid {read_state()['pid']}): `make hub-stop`"
         )
@@ -86,9 +109,9 @@ def set_up(students: int, port: int, ip: str, labs: list[str], say=None) -> dict
     if earlier.get("passwords") and all(exists(n) for n in earlier["passwords"]):
         say(f"resuming the term in {STATE}: its accounts, course, exchange and gradebook")
         earlier.update(
-            pid=os.getpid(), ip=ip, port=port, hub_port=free_port(),
-            proxy_api_port=free_port(), python=str(user_python(STATE)), proxy=str(proxy()),
-            resumed=True,
+            pid=os.getpid(), pid_identity=identity(os.getpid()), ip=ip, port=port,
+            hub_port=free_port(), proxy_api_port=free_port(), python=str(user_python(STATE)),
+            proxy=str(proxy()), resumed=True,
         )  # fmt: skip
         STATE_FILE.write_text(json.dumps(earlier, indent=1))
         return earlier
@@ -124,6 +147,7 @@ def set_up(students: int, port: int, ip: str, labs: list[str], say=None) -> dict
     roster.unlink()
     state = {
         "pid": os.getpid(),
+        "pid_identity": identity(os.getpid()),
         "ip": ip,
         "port": port,
         "hub_port": free_port(),
@@ -238,7 +262,7 @@ def start(args) -> int:
     try:
         state = set_up(args.students, args.port, args.ip, args.labs)
     except BaseException:  # a half-made first start is removed again (never a term)
-        if fresh and not read_state().get("resumed") and not alive(read_state().get("pid")):
+        if fresh and not read_state().get("resumed") and not running(read_state()):
             tear_down(say=lambda *_: None)
         raise
     log_path = STATE / "private" / "jupyterhub.log"
@@ -272,7 +296,7 @@ def start(args) -> int:
 def hub_api(state: dict, method: str, path: str) -> int | None:
     """A call of JupyterHub's REST API as the roster service; its HTTP status, None where no
     hub runs."""
-    if not alive(state.get("pid")):
+    if not running(state):
         return None
     url = f"http://{state['ip']}:{state['port']}/hub/api/{path}"
     request = urllib.request.Request(url, method=method)
@@ -515,8 +539,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if os.geteuid() != 0:
         raise SystemExit(f"make hub-{args.command}: run as root")
-    pid = read_state().get("pid")
-    if alive(pid) and pid != os.getpid():
+    pid = running(read_state())
+    if pid and pid != os.getpid():
         stop_process(pid, grace_s=90)  # it stops its servers on the way out
     halt()
     if args.command == "destroy":

@@ -56,6 +56,13 @@ HUB_COURSE_CONFIG = """
 # submission and the student's feedback, opens with when it was handed in (the exchange's
 # time) against the due date, how late, and the late penalty (hub/lateness.py).
 c.Autograde.autograde_preprocessors.append("hub.lateness.LatenessNote")
+# A lab enters the gradebook when it is released (hub.exchange.GradebookRelease), not when
+# it is built: the formgrader's totals, grades.csv and the class report count only the labs
+# the students were given. Building (`make build`'s code, the formgrader's Generate button)
+# writes the source and release notebooks and leaves the gradebook alone (nbgrader's own
+# `generate_assignment --no-db`).
+c.GenerateAssignment.no_database = True
+c.SaveCells.enabled = False
 """
 
 
@@ -97,6 +104,7 @@ def nbgrader_config(course_id: str, exchange: Path, root: Path | None = None) ->
         'c.ExchangeFactory.submit = "hub.exchange.PrivateSubmit"',
         'c.ExchangeFactory.release_feedback = "hub.exchange.PrivateReleaseFeedback"',
         'c.ExchangeFactory.collect = "hub.exchange.TrustedCollect"',
+        'c.ExchangeFactory.release_assignment = "hub.exchange.GradebookRelease"',
     ]
     if root is not None:  # the instructor: nbgrader reads the course's own config from there
         lines.append(f"c.CourseDirectory.root = {str(root)!r}")
