@@ -132,19 +132,12 @@ def set_up(students: int, port: int, ip: str, labs: list[str], say=None) -> dict
     course = course_id()
     exchange = make_exchange(STATE / "exchange", course, INSTRUCTOR)
     say(f"building the course as {INSTRUCTOR}: {' '.join(labs)}")
-    root = install_course(INSTRUCTOR, python, labs)
+    names = {name: ["Student", str(n)] for n, name in enumerate(student_names(students), 1)}
+    root = install_course(INSTRUCTOR, python, labs, names)
     for name in accounts:
         configure_account(
             name, course, STATE / "exchange", root if name == INSTRUCTOR else None, python
         )
-    names = {name: ["Student", str(n)] for n, name in enumerate(student_names(students), 1)}
-    roster = root / ".roster.csv"  # the gradebook's roster, in one nbgrader command
-    roster.write_text("id,first_name,last_name\n" + "".join(
-        f"{name},{first},{last}\n" for name, (first, last) in names.items()))  # fmt: skip
-    shutil.chown(roster, INSTRUCTOR, INSTRUCTOR)
-    instructor_nbgrader({"python": str(python), "course_root": str(root)},
-                        "db", "student", "import", str(roster))  # fmt: skip
-    roster.unlink()
     state = {
         "pid": os.getpid(),
         "pid_identity": identity(os.getpid()),

@@ -99,7 +99,7 @@ def start_hub(log: Path, port: int) -> tuple[subprocess.Popen, float]:
     while "JupyterHub: http" not in log.read_text():
         if proc.poll() is not None or time.monotonic() - started > 900:
             pytest.fail(f"make hub did not start:\n{log.read_text()[-4000:]}")
-        time.sleep(0.5)
+        time.sleep(0.1)
     return proc, time.monotonic() - started
 
 
@@ -186,7 +186,7 @@ def in_terminal(page, hub: dict, name: str, script: str, limit_s: float = 120) -
     deadline = time.monotonic() + limit_s
     while not (probe / "done").exists():
         assert time.monotonic() < deadline, f"{name}'s terminal did not finish: {script}"
-        time.sleep(0.5)
+        time.sleep(0.1)
     return (probe / "out").read_text()
 
 
@@ -245,7 +245,9 @@ def shot(page, name: str) -> None:
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=False)
 
 
-def log_in(browser, hub: dict, name: str):
+def begin_log_in(browser, hub: dict, name: str):
+    """JupyterHub's login form, filled in and sent as `name`: the hub starts their server,
+    and the browser opens their JupyterLab, while the test goes on (`end_log_in` waits)."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     page.set_default_timeout(STEP_MS)
@@ -253,10 +255,15 @@ def log_in(browser, hub: dict, name: str):
     page.fill("#username_input", name)
     page.fill("#password_input", hub["passwords"][name])
     page.click("#login_submit")
+    return page
+
+
+def end_log_in(page, name: str):
+    """The page `begin_log_in` sent, once it shows `name`'s JupyterLab."""
     page.wait_for_url(f"**/user/{name}/lab**", timeout=STEP_MS)
     page.wait_for_selector(".jp-LabShell", timeout=STEP_MS)
     page.wait_for_selector(".lm-MenuBar-itemLabel", timeout=STEP_MS)
-    return context, page
+    return page
 
 
 def assignments_tab(page):
@@ -357,8 +364,10 @@ def test_a_term_on_the_hub_in_a_browser(hub):
 
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
+            # the three log in; their servers start together (as a class's do)
+            teacher, first, second = (begin_log_in(browser, hub, n) for n in (instructor, one, two))
             # the instructor releases the lab from the formgrader
-            _, teacher = log_in(browser, hub, instructor)
+            end_log_in(teacher, instructor)
             shot(teacher, "01-instructor-jupyterlab")
             # the formgrader opens inside JupyterLab, from nbgrader's menu
             teacher.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader").click()
@@ -383,17 +392,19 @@ def test_a_term_on_the_hub_in_a_browser(hub):
             assert list(points) == [LAB] and points[LAB] > 0, points
 
             # student 1 fetches, works, submits before the due date
-            _, first = log_in(browser, hub, one)
+            end_log_in(first, one)
             hand_in(first, hub, one, work[one], "04")
-            # the due date: now (after student 1's hand-in, before student 2's: their log-in
-            # and fetch take seconds; a whole second after student 1's timestamp, since
-            # nbgrader's dates are in seconds; the gradebook says below that it held)
+            # the due date: now (after student 1's hand-in, before student 2's, which waits
+            # for it to pass; a whole second after student 1's timestamp, since nbgrader's
+            # dates are in seconds; the gradebook says below that it held)
             due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
             nbgrader(
                 hub, instructor, "db", "assignment", "add", LAB,
                 f"--duedate={due:%Y-%m-%d %H:%M:%S} UTC",
             )  # fmt: skip
-            _, second = log_in(browser, hub, two)
+            end_log_in(second, two)
+            while datetime.now(UTC) <= due:
+                time.sleep(0.1)
             hand_in(second, hub, two, work[two], "05")
 
             # student 2, in a JupyterLab terminal: a hand-in named for student 1 (three
