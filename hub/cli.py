@@ -108,6 +108,12 @@ def set_up(students: int, port: int, ip: str, labs: list[str], say=None) -> dict
     earlier = read_state()
     if earlier.get("passwords") and all(exists(n) for n in earlier["passwords"]):
         say(f"resuming the term in {STATE}: its accounts, course, exchange and gradebook")
+        # what ran of the term's hub before (after a crash or a machine restart, nothing
+        # stopped it): stopped, and JupyterHub's database, whose servers and their pids are
+        # all gone now, made anew (JupyterHub would poll, then signal, a pid the database
+        # holds, whatever process has it since; its users come from hub.json again)
+        halt()
+        (STATE / "private" / "jupyterhub.sqlite").unlink(missing_ok=True)
         earlier.update(
             pid=os.getpid(), pid_identity=identity(os.getpid()), ip=ip, port=port,
             hub_port=free_port(), proxy_api_port=free_port(), python=str(user_python(STATE)),
@@ -202,14 +208,35 @@ def stop_process(proc_or_pid, grace_s: float = 30) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
+# JupyterHub's pid files, and what the command line of the process each names holds when it
+# is the hub's: after a machine restart or a crash they may name any other process since
+PID_FILES = {
+    "jupyterhub.pid": str(REPO / "hub" / "jupyterhub_config.py"),
+    "jupyterhub-proxy.pid": str(REPO / "hub" / "node_modules"),
+}
+
+
+def runs(pid: int, mark: str) -> bool:
+    """Whether process `pid` runs with `mark` in its command line."""
+    try:
+        return mark.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def halt() -> None:
-    """Stop JupyterHub, its proxy and every process of the hub's accounts; keep all files."""
+    """Stop JupyterHub, its proxy and every process of the hub's accounts; keep the term's
+    files. A pid file names the hub's process only while that process runs: it is removed,
+    and a process it names that is not the hub's is left alone."""
     private = STATE / "private"
-    for name in ("jupyterhub.pid", "jupyterhub-proxy.pid"):
+    for name, mark in PID_FILES.items():
         try:
-            stop_process(int((private / name).read_text().strip()), grace_s=15)
+            pid = int((private / name).read_text().strip())
         except (OSError, ValueError):
-            pass
+            continue
+        if runs(pid, mark):
+            stop_process(pid, grace_s=15)
+        (private / name).unlink(missing_ok=True)
     kill_processes({pwd.getpwnam(n).pw_uid for n in hub_accounts()})
 
 

@@ -574,8 +574,9 @@ def test_the_term_survives_a_stop_and_a_start(hub):
     stopped_s = stop_hub(hub["proc"])
     assert "the term is kept" in hub["log"].read_text(), hub["log"].read_text()[-2000:]
     assert checksums(*kept) == before and machine() == accounts
-    # as after a machine restart, the pid the term kept names another process (here one
-    # of root's): `make hub-stop` signals it not, and `make hub` resumes the term
+    # as after a machine restart, the pids the term kept (its own, JupyterHub's, the
+    # proxy's, a student's server's in JupyterHub's database) name another process, here
+    # one of root's: `make hub-stop` signals it not, and `make hub` resumes the term
     stranger = subprocess.Popen(["sleep", "600"])
     # and the hub's modules in the accounts' Python are renewed at each start (a fix of the
     # checkout's hub/exchange.py reaches the term): here, a stale copy
@@ -583,9 +584,15 @@ def test_the_term_survives_a_stop_and_a_start(hub):
     shared.write_text(shared.read_text() + "# a stale copy\n")
     try:
         STATE_FILE.write_text(json.dumps({**read_state(), "pid": stranger.pid}))
+        for name in ("jupyterhub.pid", "jupyterhub-proxy.pid"):
+            (STATE / "private" / name).write_text(f"{stranger.pid}\n")
+        database = STATE / "private" / "jupyterhub.sqlite"
+        stale_server(database, hub["students"][0], stranger.pid)
         assert hub_command(["stop"]) == 0
         assert stranger.poll() is None, "make hub-stop signalled a process not the hub's"
         proc, hub["restarted_s"] = start_hub(hub["log"], hub["port"])
+        assert stranger.poll() is None, "make hub signalled a process not the hub's"
+        assert running_servers(database) == [], "JupyterHub took a process for a server"
     finally:
         stranger.kill()
         stranger.wait()
@@ -598,6 +605,43 @@ def test_the_term_survives_a_stop_and_a_start(hub):
     # a student logs in with the same password (JupyterHub's login form, PAM)
     name = hub["students"][0]
     assert http_log_in(hub, name, hub["passwords"][name])
+
+
+def stale_server(database: Path, name: str, pid: int) -> None:
+    """JupyterHub's database saying that `name`'s server runs as process `pid`: what it
+    holds after a machine restart (nothing stopped the servers)."""
+    import contextlib
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(database)) as db, db:
+        server = db.execute(
+            "insert into servers (proto, ip, port, base_url, cookie_name) values "
+            "('http', '127.0.0.1', ?, ?, 'x')",
+            (free_port(), f"/user/{name}/"),
+        ).lastrowid
+        user = db.execute("select id from users where name = ?", (name,)).fetchone()[0]
+        state = json.dumps({"pid": pid})
+        if not db.execute(
+            "update spawners set server_id = ?, state = ? where user_id = ? and name = ''",
+            (server, state, user),
+        ).rowcount:  # their server never started (no browser): its record, made here
+            db.execute(
+                "insert into spawners (user_id, name, server_id, state) values (?, '', ?, ?)",
+                (user, server, state),
+            )
+
+
+def running_servers(database: Path) -> list[str]:
+    """The users whose server JupyterHub's database says runs."""
+    import contextlib
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(database)) as db:
+        rows = db.execute(
+            "select users.name from spawners join users on spawners.user_id = users.id "
+            "where spawners.server_id is not null"
+        ).fetchall()
+    return [name for (name,) in rows]
 
 
 def http_log_in(hub: dict, name: str, password: str) -> bool:
