@@ -62,6 +62,29 @@ def alive(pid: int | None) -> bool:
         return True
 
 
+def identity(pid: int | None) -> str | None:
+    """Who process `pid` is, in a way no other process shares: the machine's boot and the
+    kernel's start time of the process; None where there is no such process. A pid alone
+    names another process after a machine restart (or once the hub's process has died):
+    `make hub-stop` would signal it, and `make hub` refuse to start."""
+    if not pid:
+        return None
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return f"{boot} {fields[19]}"  # stat's field 22, starttime, after the name's ")"
+
+
+def running(state: dict) -> int | None:
+    """The pid of the term's `make hub` if that very process still runs, else None."""
+    pid = state.get("pid")
+    if pid and state.get("pid_identity") and identity(pid) == state["pid_identity"]:
+        return pid
+    return None
+
+
 def read_state() -> dict:
     try:
         return json.loads(STATE_FILE.read_text())
@@ -78,17 +101,23 @@ def set_up(students: int, port: int, ip: str, labs: list[str], say=None) -> dict
         )
     if shutil.which("bwrap") is None:
         raise SystemExit("make hub: grading needs bubblewrap (`make sandbox`)")
-    if alive(read_state().get("pid")):
+    if running(read_state()):
         raise SystemExit(
             f"make hub: a hub runs already (pid {read_state()['pid']}): `make hub-stop`"
         )
     earlier = read_state()
     if earlier.get("passwords") and all(exists(n) for n in earlier["passwords"]):
         say(f"resuming the term in {STATE}: its accounts, course, exchange and gradebook")
+        # what ran of the term's hub before (after a crash or a machine restart, nothing
+        # stopped it): stopped, and JupyterHub's database, whose servers and their pids are
+        # all gone now, made anew (JupyterHub would poll, then signal, a pid the database
+        # holds, whatever process has it since; its users come from hub.json again)
+        halt()
+        (STATE / "private" / "jupyterhub.sqlite").unlink(missing_ok=True)
         earlier.update(
-            pid=os.getpid(), ip=ip, port=port, hub_port=free_port(),
-            proxy_api_port=free_port(), python=str(user_python(STATE)), proxy=str(proxy()),
-            resumed=True,
+            pid=os.getpid(), pid_identity=identity(os.getpid()), ip=ip, port=port,
+            hub_port=free_port(), proxy_api_port=free_port(), python=str(user_python(STATE)),
+            proxy=str(proxy()), resumed=True,
         )  # fmt: skip
         STATE_FILE.write_text(json.dumps(earlier, indent=1))
         return earlier
@@ -109,21 +138,15 @@ def set_up(students: int, port: int, ip: str, labs: list[str], say=None) -> dict
     course = course_id()
     exchange = make_exchange(STATE / "exchange", course, INSTRUCTOR)
     say(f"building the course as {INSTRUCTOR}: {' '.join(labs)}")
-    root = install_course(INSTRUCTOR, python, labs)
+    names = {name: ["Student", str(n)] for n, name in enumerate(student_names(students), 1)}
+    root = install_course(INSTRUCTOR, python, labs, names)
     for name in accounts:
         configure_account(
             name, course, STATE / "exchange", root if name == INSTRUCTOR else None, python
         )
-    names = {name: ["Student", str(n)] for n, name in enumerate(student_names(students), 1)}
-    roster = root / ".roster.csv"  # the gradebook's roster, in one nbgrader command
-    roster.write_text("id,first_name,last_name\n" + "".join(
-        f"{name},{first},{last}\n" for name, (first, last) in names.items()))  # fmt: skip
-    shutil.chown(roster, INSTRUCTOR, INSTRUCTOR)
-    instructor_nbgrader({"python": str(python), "course_root": str(root)},
-                        "db", "student", "import", str(roster))  # fmt: skip
-    roster.unlink()
     state = {
         "pid": os.getpid(),
+        "pid_identity": identity(os.getpid()),
         "ip": ip,
         "port": port,
         "hub_port": free_port(),
@@ -185,14 +208,35 @@ def stop_process(proc_or_pid, grace_s: float = 30) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
+# JupyterHub's pid files, and what the command line of the process each names holds when it
+# is the hub's: after a machine restart or a crash they may name any other process since
+PID_FILES = {
+    "jupyterhub.pid": str(REPO / "hub" / "jupyterhub_config.py"),
+    "jupyterhub-proxy.pid": str(REPO / "hub" / "node_modules"),
+}
+
+
+def runs(pid: int, mark: str) -> bool:
+    """Whether process `pid` runs with `mark` in its command line."""
+    try:
+        return mark.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def halt() -> None:
-    """Stop JupyterHub, its proxy and every process of the hub's accounts; keep all files."""
+    """Stop JupyterHub, its proxy and every process of the hub's accounts; keep the term's
+    files. A pid file names the hub's process only while that process runs: it is removed,
+    and a process it names that is not the hub's is left alone."""
     private = STATE / "private"
-    for name in ("jupyterhub.pid", "jupyterhub-proxy.pid"):
+    for name, mark in PID_FILES.items():
         try:
-            stop_process(int((private / name).read_text().strip()), grace_s=15)
+            pid = int((private / name).read_text().strip())
         except (OSError, ValueError):
-            pass
+            continue
+        if runs(pid, mark):
+            stop_process(pid, grace_s=15)
+        (private / name).unlink(missing_ok=True)
     kill_processes({pwd.getpwnam(n).pw_uid for n in hub_accounts()})
 
 
@@ -238,7 +282,7 @@ def start(args) -> int:
     try:
         state = set_up(args.students, args.port, args.ip, args.labs)
     except BaseException:  # a half-made first start is removed again (never a term)
-        if fresh and not read_state().get("resumed") and not alive(read_state().get("pid")):
+        if fresh and not read_state().get("resumed") and not running(read_state()):
             tear_down(say=lambda *_: None)
         raise
     log_path = STATE / "private" / "jupyterhub.log"
@@ -272,7 +316,7 @@ def start(args) -> int:
 def hub_api(state: dict, method: str, path: str) -> int | None:
     """A call of JupyterHub's REST API as the roster service; its HTTP status, None where no
     hub runs."""
-    if not alive(state.get("pid")):
+    if not running(state):
         return None
     url = f"http://{state['ip']}:{state['port']}/hub/api/{path}"
     request = urllib.request.Request(url, method=method)
@@ -515,8 +559,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if os.geteuid() != 0:
         raise SystemExit(f"make hub-{args.command}: run as root")
-    pid = read_state().get("pid")
-    if alive(pid) and pid != os.getpid():
+    pid = running(read_state())
+    if pid and pid != os.getpid():
         stop_process(pid, grace_s=90)  # it stops its servers on the way out
     halt()
     if args.command == "destroy":

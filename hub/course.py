@@ -21,14 +21,21 @@ from hub.accounts import as_user
 
 COPIED = ["nbgrader_config.py", "course.toml", "graders", "solutions", "labs", "data"]
 SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc", "cache", "MNIST", ".ipynb_checkpoints")
+# as the instructor, in the course: build the labs, make the grader's reference records, and
+# give the gradebook its roster with the students' names (nbgrader's `db student import`,
+# in this process: one start of Python and nbgrader less)
 BUILD = (
-    "import sys\n"
+    "import json, sys\n"
     "from pathlib import Path\n"
     "from graders.build.build import build\n"
+    "from graders.formats import gradebook\n"
     "from graders.sandbox.build_reference import prepare_references\n"
-    "root, labs = Path.cwd(), sys.argv[1:]\n"
+    "root, roster, labs = Path.cwd(), json.load(sys.stdin), sys.argv[1:]\n"
     "build(root=root, labs=labs)\n"
     "prepare_references(root, labs)\n"
+    "with gradebook.opened(gradebook.of(root)) as gb:\n"
+    "    for name, (first, last) in roster.items():\n"
+    "        gb.update_or_create_student(name, first_name=first, last_name=last)\n"
 )
 
 
@@ -56,11 +63,21 @@ HUB_COURSE_CONFIG = """
 # submission and the student's feedback, opens with when it was handed in (the exchange's
 # time) against the due date, how late, and the late penalty (hub/lateness.py).
 c.Autograde.autograde_preprocessors.append("hub.lateness.LatenessNote")
+# A lab enters the gradebook when it is released (hub.exchange.GradebookRelease), not when
+# it is built: the formgrader's totals, grades.csv and the class report count only the labs
+# the students were given. Building (`make build`'s code, the formgrader's Generate button)
+# writes the source and release notebooks and leaves the gradebook alone (nbgrader's own
+# `generate_assignment --no-db`).
+c.GenerateAssignment.no_database = True
+c.SaveCells.enabled = False
 """
 
 
-def install_course(instructor: str, python: Path, labs: list[str]) -> Path:
-    """Copy the course into the instructor's home and build `labs` there as the instructor."""
+def install_course(
+    instructor: str, python: Path, labs: list[str], roster: dict[str, list[str]]
+) -> Path:
+    """Copy the course into the instructor's home and build `labs` there as the instructor;
+    the gradebook's students: `roster`, each account's [first name, last name]."""
     entry = pwd.getpwnam(instructor)
     root = home(instructor) / "course"
     root.mkdir()
@@ -79,6 +96,7 @@ def install_course(instructor: str, python: Path, labs: list[str]) -> Path:
     result = as_user(
         instructor,
         [str(python), "-c", BUILD, *labs],
+        input=json.dumps(roster),
         cwd=root,
         path=f"{bindir}:/usr/local/bin:/usr/bin:/bin",
         env={"PYTHONPATH": str(root)},
@@ -97,6 +115,7 @@ def nbgrader_config(course_id: str, exchange: Path, root: Path | None = None) ->
         'c.ExchangeFactory.submit = "hub.exchange.PrivateSubmit"',
         'c.ExchangeFactory.release_feedback = "hub.exchange.PrivateReleaseFeedback"',
         'c.ExchangeFactory.collect = "hub.exchange.TrustedCollect"',
+        'c.ExchangeFactory.release_assignment = "hub.exchange.GradebookRelease"',
     ]
     if root is not None:  # the instructor: nbgrader reads the course's own config from there
         lines.append(f"c.CourseDirectory.root = {str(root)!r}")

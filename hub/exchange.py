@@ -22,7 +22,9 @@ What nbgrader leaves open, and the two classes below close:
   group, mode 0640: the student reads it, the others do not.
 
 Both are nbgrader's classes with a step added, chosen in nbgrader_config.py through
-`c.ExchangeFactory` (hub/course.py writes it).
+`c.ExchangeFactory` (hub/course.py writes it); so are `TrustedCollect` (the exchange, not
+the student, says who handed in and when) and `GradebookRelease` (a lab enters the course's
+gradebook when it is released, so that no total counts a lab the students were not given).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from pathlib import Path
 
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.exchange.default.collect import ExchangeCollect
+from nbgrader.exchange.default.release_assignment import ExchangeReleaseAssignment
 from nbgrader.exchange.default.release_feedback import ExchangeReleaseFeedback
 from nbgrader.exchange.default.submit import ExchangeSubmit
 from nbgrader.utils import ignore_patterns, notebook_hash
@@ -64,6 +67,57 @@ def make_exchange(root: Path, course: str, instructor: str) -> Path:
         os.chown(path / name, entry.pw_uid, entry.pw_gid)
         (path / name).chmod(mode)
     return path
+
+
+class GradebookRelease(ExchangeReleaseAssignment):
+    """nbgrader's release_assignment; the lab enters the course's gradebook as it is released.
+
+    The hub's course generates its labs without the gradebook (`make hub` sets
+    nbgrader's `--no-db` settings, hub/course.py): a lab that is built but not given to
+    the students is in no student's total in the formgrader, in no row of grades.csv and in
+    no class report. Releasing it runs nbgrader's own generate_assignment for its gradebook
+    step (the lab's notebooks, cells, points and checksums, exactly as `make build` records
+    them), the student version it writes going to a scratch folder: what the students fetch
+    is the release folder as built. A lab whose cells cannot enter the gradebook (it holds
+    hand-ins of a version with other cells) is not released, and the log says why."""
+
+    def copy_files(self):
+        if self.force or not os.path.isdir(self.dest_path):  # else nbgrader's refusal
+            self.enter_gradebook()
+        super().copy_files()
+
+    def enter_gradebook(self) -> None:
+        import copy
+        import tempfile
+
+        from nbgrader.converters import GenerateAssignment
+        from nbgrader.coursedir import CourseDirectory
+        from traitlets.config import Config
+
+        lab, root = self.coursedir.assignment_id, self.coursedir.root
+        scratch_in = os.path.join(root, "build")
+        os.makedirs(scratch_in, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="release-", dir=scratch_in) as scratch:
+            config = copy.deepcopy(self.config)
+            config.merge(Config({
+                "CourseDirectory": {"root": root, "release_directory": scratch},
+                "GenerateAssignment": {"no_database": False},
+                "SaveCells": {"enabled": True},
+            }))  # fmt: skip
+            coursedir = CourseDirectory(config=config)
+            coursedir.assignment_id = lab
+            generate = GenerateAssignment(coursedir=coursedir, config=config)
+            generate.force = True
+            try:
+                generate.start()
+            except Exception as error:  # nbgrader's NbGraderException, or a preprocessor's
+                self.fail(
+                    f"{lab} is not released: it could not enter the gradebook ({error}); "
+                    "see the lines above"
+                )
+        with Gradebook(self.coursedir.db_url, self.coursedir.course_id) as gb:
+            points = gb.find_assignment(lab).max_score
+        self.log.info("%s entered the gradebook (%g points)", lab, points)
 
 
 class PrivateSubmit(ExchangeSubmit):

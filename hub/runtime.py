@@ -96,14 +96,15 @@ def user_python(state: Path) -> Path:
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     bridge = state / "python"
     python = bridge / "bin" / "python"
-    if python.exists():  # made by an earlier start of this term
+    lib = bridge / "lib" / f"python{version}"
+    if python.exists():  # made by an earlier start of this term: the hub's modules renewed
+        share_hub_modules(lib / "site-packages" / "hub")
         return python
     interpreter = _interpreter(state, version)
     site = Path(sysconfig.get_paths()["purelib"])
     (bridge / "bin").mkdir(parents=True)
     for name in ("python", "python3", f"python{version}"):
         (bridge / "bin" / name).symlink_to(interpreter)
-    lib = bridge / "lib" / f"python{version}"
     lib.mkdir(parents=True)
     _link_entries(site, lib / "site-packages", LEFT_OUT)
     for pattern in LEFT_OUT:
@@ -112,11 +113,7 @@ def user_python(state: Path) -> Path:
     for name in ("share", "etc"):
         if (Path(sys.prefix) / name).is_dir():
             _link_entries(Path(sys.prefix) / name, bridge / name, LEFT_OUT)
-    # the hub's own exchange classes, which every account's nbgrader_config.py names
-    package = lib / "site-packages" / "hub"
-    package.mkdir()
-    for name in SHARED:
-        shutil.copy2(REPO / "hub" / name, package / name)
+    share_hub_modules(lib / "site-packages" / "hub")
     # the environment's scripts (alembic, which nbgrader calls by name; jupyter; nbgrader)
     for script in (Path(sys.prefix) / "bin").iterdir():
         try:
@@ -136,6 +133,22 @@ def user_python(state: Path) -> Path:
     if not runs_unprivileged(python):
         raise SystemExit(f"the hub's accounts cannot run {python}: see {state}")
     return python
+
+
+def share_hub_modules(package: Path) -> None:
+    """The hub's own exchange classes, which every account's nbgrader_config.py names, in the
+    accounts' Python: copied at every start of the term, so that a fix of the checkout's
+    hub/exchange.py reaches a running term at its next `make hub`."""
+    package.mkdir(exist_ok=True)
+    for name in SHARED:
+        if (
+            not (package / name).is_file()
+            or (package / name).read_bytes() != (REPO / "hub" / name).read_bytes()
+        ):
+            shutil.copyfile(REPO / "hub" / name, package / name)
+            (package / name).chmod(0o644)
+            for compiled in (package / "__pycache__").glob(f"{name[:-3]}.*.pyc"):
+                compiled.unlink()
 
 
 def _system_path(path: str) -> list[str]:
