@@ -17,8 +17,8 @@ over the torches. Run it with each torch of the range (tests/student/torch_check
 environments: `.scratch/torch-<version>/bin/python -m graders.judge.torch_errors build` with
 PYTHONPATH=.), review the diff, commit. `python -m graders.judge.torch_errors check` runs the
 snippets again and says which message matches none of its templates:
-tests/judge/test_torch_errors.py on the machine's torch, tests/claims/test_torch_errors_hold.py
-on each torch `make torch-check` tries. A message the file does not hold is never shown: the
+tests/claims/test_torch_errors_hold.py does it on the machine's torch and on each torch `make
+torch-check` tries. A message the file does not hold is never shown: the
 judge says the error's type in its own words (graders/judge/judge.py's `torch_message` gives
 '').
 

@@ -5,9 +5,7 @@ trusted template words and typed values, whatever the kernel put in it."""
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
 import time
 import tomllib
 
@@ -32,8 +30,9 @@ def torch_range() -> tuple[tuple[int, int], tuple[int, int]]:
     return (a, b), (c, d)
 
 
-def test_every_snippet_still_raises_a_message_its_template_matches():
-    assert torch_errors.check() == []
+def test_the_file_has_every_snippet_for_each_of_its_torches():
+    """(That each snippet's message on this torch matches one of its templates is
+    tests/claims/test_torch_errors_hold.py's, run with every torch make torch-check tries.)"""
     data = torch_errors.load()
     assert torch.__version__.split("+")[0] in data["torch"]
     assert 25 <= len(data["templates"]) <= 90
@@ -50,27 +49,6 @@ def test_the_file_holds_both_ends_of_the_torch_range():
     (major, floor), (_, bound) = torch_range()
     minors = {tuple(map(int, v.split(".")[:2])) for v in torch_errors.load()["torch"]}
     assert (major, floor) in minors and (major, bound - 1) in minors, minors
-
-
-def test_the_committed_file_is_what_build_makes_on_this_torch(tmp_path):
-    """build replaces this torch's templates and keeps the other torches': on the committed
-    file it changes nothing."""
-    made = tmp_path / "t.json"
-    shutil.copy(torch_errors.DATA, made)
-    assert torch_errors.build(made) == []
-    committed = json.loads(torch_errors.DATA.read_text())
-    assert json.loads(made.read_text()) == committed, (
-        "run `python -m graders.judge.torch_errors build` and commit the file"
-    )
-    # a file of another torch only: this torch's templates are added, the other's kept
-    other = dict(committed, torch=["2.0.0"])
-    other["templates"] = [dict(e, torch=["2.0.0"]) for e in committed["templates"]]
-    made.write_text(json.dumps(other))
-    assert torch_errors.build(made) == []
-    both = json.loads(made.read_text())
-    assert both["torch"] == ["2.0.0", torch.__version__.split("+")[0]]
-    assert [e for e in both["templates"] if "2.0.0" in e["torch"]] != []
-    torch_errors.load.cache_clear()
 
 
 def test_a_message_of_another_torch_is_known_and_an_unknown_one_is_said_in_the_judges_words(
