@@ -4,14 +4,23 @@ when it is a value of the slot's type (a small integer, a shape, a dtype, an aut
 name from torch's own list); anything else in a slot is shown as '…'. No free text from the
 kernel gets through.
 
-The templates live in graders/torch_errors.json, a file this module owns (`load`, `build`):
-made by `python -m graders.judge.torch_errors build`, which runs each of `SNIPPETS` on the
-installed torch (and this Python), generalises the message it raises (numbers, shapes,
-dtypes, class names and the snippet's own substitutions become slots) and writes the
-templates with torch's lists of dtypes, tensor types and autograd node names. `python -m
-graders.judge.torch_errors check` runs the snippets again and says which message no longer matches
-its template (after a torch upgrade: run build, review the diff, commit).
-tests/test_torch_errors.py does the same.
+The templates live in graders/judge/torch_errors.json, a file this module owns (`load`,
+`build`), and hold for every torch of the course's range (pyproject.toml): the messages differ
+between versions (torch 2.10 names an autograd node `SigmoidBackward0` where 2.14 says
+`Sigmoid`; torch 2.15 starts the matmul messages with `mm: `), so the file keeps each torch's
+templates, each template with the torches it was made on. `python -m graders.judge.torch_errors
+build` runs each of `SNIPPETS` on the installed torch (and this Python), generalises the message
+it raises (numbers, shapes, dtypes, class names and the snippet's own substitutions become
+slots) and replaces that torch's templates in the file, keeping the other torches'; torch's
+lists of dtypes, tensor types and autograd node names, and the exception names, are the union
+over the torches. Run it with each torch of the range (tests/student/torch_check.py's
+environments: `.scratch/torch-<version>/bin/python -m graders.judge.torch_errors build` with
+PYTHONPATH=.), review the diff, commit. `python -m graders.judge.torch_errors check` runs the
+snippets again and says which message matches none of its templates:
+tests/claims/test_torch_errors_hold.py does it on the machine's torch and on each torch `make
+torch-check` tries. A message the file does not hold is never shown: the
+judge says the error's type in its own words (graders/judge/judge.py's `torch_message` gives
+'').
 
 A template is the error's type and its message with slots `{int}` (an integer of at most 5
 digits), `{dims}` (0 to 4 such integers, ", " between), `{size}` (`torch.Size([{dims}])`),
@@ -69,12 +78,13 @@ class Budget:
 
 @cache
 def load(path: Path = DATA) -> dict:
-    """The file's contents: {"torch", "lists": {slot: [values]}, "exceptions", "templates":
-    [{"type", "template", "snippets"}]}; an empty set of templates when it is missing."""
+    """The file's contents: {"torch": [versions], "lists": {slot: [values]}, "exceptions",
+    "templates": [{"type", "template", "snippets", "torch": [versions]}]}; an empty set of
+    templates when it is missing."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {"torch": None, "lists": {}, "exceptions": [], "templates": []}
+        return {"torch": [], "lists": {}, "sets": {}, "exceptions": [], "templates": []}
     data["sets"] = {slot: frozenset(values) for slot, values in data["lists"].items()}
     for entry in data["templates"]:
         entry["parts"], entry["slots"] = parts_of(entry["template"])
@@ -158,7 +168,8 @@ SNIPPETS: dict[str, tuple[str, dict[str, str]]] = {
     ),
     "in-place change of a saved tensor": (
         "x = torch.ones(3, requires_grad=True); y = x.sigmoid(); y.mul_(2); y.sum().backward()",
-        {"output {int} of Sigmoid,": "output {int} of {node},"},
+        {"output {int} of Sigmoid,": "output {int} of {node},",
+         "output {int} of SigmoidBackward0,": "output {int} of {node},"},
     ),
     "in-place change of a leaf": ("x = torch.ones(3, requires_grad=True); x.add_(1)", {}),
     "in-place change of a leaf's view": ("x = torch.ones(3, requires_grad=True); x[0] = 1", {}),
@@ -190,7 +201,7 @@ SNIPPETS: dict[str, tuple[str, dict[str, str]]] = {
     ),
     "cross-entropy target dtype": (
         "torch.nn.functional.cross_entropy(torch.ones(3, 4), torch.ones(3))",
-        {"but got Float": "but got {scalar}"},
+        {"but got Float": "but got {scalar}", "but found Float": "but found {scalar}"},
     ),
     "autograd.grad of an unused input": (
         "x = torch.ones(3, requires_grad=True); z = torch.ones(3, requires_grad=True)\n"
@@ -339,13 +350,35 @@ def torch_lists() -> dict[str, list[str]]:
     }
 
 
-def build(path: Path = DATA) -> list[str]:
-    """Write the templates of this torch to `path`; the snippets that raised nothing."""
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(n) if n.isdigit() else 0 for n in version.split("."))
+
+
+def this_torch() -> str:
     import torch
 
+    return torch.__version__.split("+")[0]
+
+
+def made_on(data: dict) -> list[str]:
+    """The torches a file was made on (a file of one torch named it as a string)."""
+    versions = data.get("torch") or []
+    return [versions] if isinstance(versions, str) else list(versions)
+
+
+def build(path: Path = DATA) -> list[str]:
+    """Write this torch's templates into `path`, keeping those of the other torches it holds;
+    the snippets that raised nothing."""
+    import torch
+
+    version = this_torch()
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        old = {"torch": [], "exceptions": [], "templates": [], "lists": {}}
     lists = torch_lists()
     raw = {**lists, "pytype": PYTYPES}
-    templates: dict[tuple[str, str], list[str]] = {}
+    made: dict[tuple[str, str], list[str]] = {}
     problems = []
     for name, (code, fixes) in SNIPPETS.items():
         got = provoke(code)
@@ -353,19 +386,46 @@ def build(path: Path = DATA) -> list[str]:
             problems.append(f"{name}: raised nothing")
             continue
         template = generalise(got[1], raw, fixes)
-        templates.setdefault((got[0], template), []).append(name)
+        made.setdefault((got[0], template), []).append(name)
+    # (type, template, snippets) -> the torches it was made on; this torch's made anew
+    entries: dict[tuple[str, str, tuple[str, ...]], set[str]] = {}
+    for entry in old.get("templates", []):
+        versions = set(entry.get("torch", [])) - {version}
+        if versions:
+            key = (entry["type"], entry["template"], tuple(entry["snippets"]))
+            entries.setdefault(key, set()).update(versions)
+    for (ename, template), names in made.items():
+        entries.setdefault((ename, template, tuple(names)), set()).add(version)
+    order = {name: i for i, name in enumerate(SNIPPETS)}
     exceptions = {n for n, v in vars(builtins).items() if isinstance(v, type)
                   and issubclass(v, BaseException)}  # fmt: skip
     exceptions |= {n for n, v in vars(torch).items() if isinstance(v, type)
                    and issubclass(v, BaseException)}  # fmt: skip
     data = {
-        "torch": torch.__version__.split("+")[0],
-        "exceptions": sorted(exceptions),
+        "torch": sorted(set(made_on(old)) | {version}, key=version_key),
+        "exceptions": sorted(exceptions | set(old.get("exceptions", []))),
         "templates": [
-            {"type": t, "template": text, "snippets": names}
-            for (t, text), names in templates.items()
+            {
+                "type": t,
+                "template": text,
+                "snippets": list(names),
+                "torch": sorted(versions, key=version_key),
+            }
+            for (t, text, names), versions in sorted(
+                entries.items(),
+                key=lambda item: (
+                    order.get(item[0][2][0], len(order)),
+                    min(map(version_key, item[1])),
+                    item[0][1],
+                ),
+            )
         ],
-        "lists": lists,
+        "lists": {
+            slot: sorted(set(values) | set(old.get("lists", {}).get(slot, [])))
+            if slot not in ("pytype", "pyname")
+            else values
+            for slot, values in lists.items()
+        },
     }
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     load.cache_clear()
@@ -373,21 +433,32 @@ def build(path: Path = DATA) -> list[str]:
 
 
 def check(path: Path = DATA) -> list[str]:
-    """The snippets whose message on this torch is not one of the file's templates, in words."""
+    """The snippets whose message on this torch is none of the file's templates for it (any
+    torch's), in words."""
     data = load(path)
-    where = {name: e for e in data["templates"] for name in e["snippets"]}
+    where: dict[str, list[dict]] = {}
+    for entry in data["templates"]:
+        for name in entry["snippets"]:
+            where.setdefault(name, []).append(entry)
     problems = []
     for name, (code, _fixes) in SNIPPETS.items():
         got = provoke(code)
-        entry = where.get(name)
-        if entry is None or got is None:
-            problems.append(f"{name}: {'not in the file' if entry is None else 'raised nothing'}")
+        if name not in where or got is None:
+            problems.append(
+                f"{name}: {'not in the file' if name not in where else 'raised nothing'}"
+            )
             continue
         ename, text = got
-        found = split(entry["parts"], text)
-        if ename != entry["type"] or found is None:
-            problems.append(f"{name}: {ename}: {text!r} no longer matches {entry['template']!r}")
+        matching = [
+            (e, found)
+            for e in where[name]
+            if e["type"] == ename and (found := split(e["parts"], text)) is not None
+        ]
+        if not matching:
+            known = [e["template"] for e in where[name]]
+            problems.append(f"{name}: {ename}: {text!r} matches none of {known!r}")
             continue
+        entry, found = matching[0]
         for slot, value in zip(entry["slots"], found.values, strict=True):
             if slot != "elided" and slot_text(slot, value, None) == "…":
                 problems.append(f"{name}: {value!r} is not a value of {{{slot}}}")

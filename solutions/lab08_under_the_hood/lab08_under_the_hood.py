@@ -894,8 +894,9 @@ for _size, _depths in _cases:
 # it cannot put in a graph, it makes a **graph break**: the graph ends, that bit runs as
 # Python, and a new graph starts after it (`compiled_graphs(fn, *args)`, setup cell, returns
 # the graphs). In DynamicNet the graph stops at the `for` line: Python needs `depth` as a
-# plain `int` to know how many times the loop runs. A second graph holds the rest, unrolled
-# for the depth that was drawn.
+# plain `int` to know how many times the loop runs. With torch 2.14 and 2.15, a second graph
+# holds the rest, unrolled for the depth that was drawn; with torch 2.10 there is no second
+# graph: the compiler gives up on the rest of `forward`, which runs as plain Python.
 
 
 # %%
@@ -946,7 +947,8 @@ print(f"depths passed in: {depths}; {len(graphs)} graphs compiled")
 # With torch 2.14.1, the version this lab was written with, it does: every compiled call
 # runs the depth of the first throw, and nothing warns. TorchDynamo made the draw
 # `self.rng.randint(0, 3)` once, while tracing the first call, and kept the number; the
-# model's `rng` is not called again. (`random.randint(0, 3)` is drawn anew on every call,
+# model's `rng` is not called again. Torch 2.10 does the same; torch 2.15 calls the `rng`
+# on every call, as eager mode does. (`random.randint(0, 3)` is drawn anew on every call,
 # and `x * random.randint(0, 3)` compiles into one graph.) What does your version print?
 # Draw outside the compiled code and pass the depth in. One graph per depth, and no break:
 # the compiler specialises a graph on the value of a Python `int` argument, guards on it,
@@ -1196,7 +1198,7 @@ observe(
 # with the **same shapes and dtypes**, and `cond_fn` a **boolean** tensor of one element.
 # Outside `torch.compile`, it compiles its functions itself on the first call. Its
 # documentation calls it a *prototype* feature that does not support training yet. In eager
-# mode it returns a tensor with a `grad_fn` all the same, but with torch 2.14.1 its gradient
-# of a `w` that the body reads from outside is wrong, and nothing warns (it comes out right
-# when the carried `x` requires a gradient too). Train through the bounded loop, at the price
-# of always running all its steps.
+# mode it returns a tensor with a `grad_fn` all the same, but with torch 2.10 to 2.15 its
+# gradient of a `w` that the body reads from outside is wrong, and nothing warns (it comes out
+# right when the carried `x` requires a gradient too). Train through the bounded loop, at the
+# price of always running all its steps.

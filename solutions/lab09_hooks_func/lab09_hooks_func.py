@@ -839,10 +839,11 @@ except RuntimeError as error:
 #
 # The other way to save memory is to not keep activations at all.
 # `torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)` runs `fn(*args)` and
-# keeps only its inputs; whatever `fn` would have saved is thrown away, and during the backward
-# pass `fn` runs **again** to recompute it, just before its part of the backward needs it.
-# Memory for compute. (`use_reentrant=False` is the implementation PyTorch recommends; the
-# older one has restrictions. Torch 2.14.1 warns if you do not choose, and still runs.)
+# keeps only its inputs (torch 2.10 also keeps an empty tensor of its own: no memory); whatever
+# `fn` would have saved is thrown away, and during the backward pass `fn` runs **again** to
+# recompute it, just before its part of the backward needs it. Memory for compute.
+# (`use_reentrant=False` is the implementation PyTorch recommends; the older one has
+# restrictions. Torch 2.10 to 2.15 warn if you do not choose, and still run.)
 #
 # Where to cut? Checkpointing each use of `DynamicNet`'s middle layer on its own is the
 # obvious idea, and it saves nothing: the input of use `i` is the output of use `i - 1`, which

@@ -47,10 +47,9 @@ from torch import nn
 # One thread: the timings below compare two ways of computing on the same footing.
 torch.set_num_threads(1)
 # The first forward-mode derivative prepares some of PyTorch's rules with torch.jit.script,
-# which warns that it is deprecated: nothing this lab can act on.
-warnings.filterwarnings(
-    "ignore", message="`torch.jit.script` is deprecated", category=FutureWarning
-)
+# which warns that it is deprecated (a FutureWarning since torch 2.14; with torch 2.10 a
+# DeprecationWarning, which Python hides): nothing this lab can act on.
+warnings.filterwarnings("ignore", message="`torch.jit.script` is deprecated")
 
 print("torch", torch.__version__, "| grading run" if GRADING else "")
 

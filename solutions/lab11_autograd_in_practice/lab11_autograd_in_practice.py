@@ -1189,10 +1189,11 @@ else:
     print("Solve exercise 5 first: this cell uses your softplus_op.")
 
 # %% [markdown]
-# `torch.func` (lab 10) handles a custom operator unevenly (torch 2.14.1): `grad` raises, with
-# a message about an `autograd.Function`'s `setup_context` although you registered one; `jvp`
-# returns a zero tangent without a word (`register_autograd` gives the reverse mode only);
-# `vmap` runs the operator once per sample, in a loop, with a warning. Called from a
+# `torch.func` (lab 10) handles a custom operator unevenly (torch 2.10 to 2.15): `grad` raises,
+# with a message about an `autograd.Function`'s `setup_context` although you registered one;
+# `jvp` returns a zero tangent without a word (`register_autograd` gives the reverse mode
+# only); `vmap` runs the operator once per sample, in a loop, with a warning (torch 2.10 writes
+# it to the error stream, not as a Python warning: `warned` stays empty). Called from a
 # `torch.func`-style Function of lab 10, with its own `backward` and `jvp`, it gets `grad` and
 # `jvp`; `vmap` still loops.
 
