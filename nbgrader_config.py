@@ -65,6 +65,9 @@ c.Execute.interrupt_on_timeout = True
 c.OverwriteCells.add_missing_cells = True
 c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
+    # every cell's metadata as released (older or newer formats of it included), from the
+    # gradebook: nbgrader's own steps stop the class or the student's assignment at them
+    "graders.judge.overwrite.RestoreMetadata",
     "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec",
     "graders.judge.overwrite.OverwriteCells",

@@ -106,11 +106,16 @@ def _timing(file: Path) -> dict:
 
 def longest_first(hand_ins: list[HandIn], root: Path) -> list[HandIn]:
     """The hand-ins in the order to grade them: the labs whose solution took longest to run
-    (`make build` timed it, build/reference/<lab>.json) first, so that a class run does not
-    end on one long notebook while the other workers wait; otherwise as found."""
+    (`make build` timed it: build/reference/<lab>.json, and for an instructor's assignment
+    every notebook's file, summed) first, so that a class run does not end on one long hand-in
+    while the other workers wait; otherwise as found."""
     where = references.folder(root)  # a lab timed by no build yet: 0, in the order found
     seconds = {
-        lab: references.seconds(references.path(where, lab)) for lab in {h.lab for h in hand_ins}
+        lab: sum(
+            references.seconds(references.path(where, lab, n))
+            for n in released_notebooks(root, lab)
+        )
+        for lab in {h.lab for h in hand_ins}
     }
     return sorted(hand_ins, key=lambda h: -seconds[h.lab])
 

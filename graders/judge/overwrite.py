@@ -12,12 +12,27 @@ the student's whole assignment, their other notebooks included. Here:
   are graded as usual;
 * otherwise a missing test cell goes after the nearest cell before it in the source that the
   hand-in still has (the top of the notebook where there is none), never a KeyError.
+
+Before them, `RestoreMetadata` (the first step after ClearOutput) gives every cell of the
+hand-in that names a released cell the metadata the gradebook has for it, in nbgrader's
+current format, and takes it from every other cell (a forged, duplicated or unknown one), as
+a class run does from the release (graders/grade/task.py). nbgrader's own steps otherwise stop
+at a hand-in's metadata: a notebook of an older format (nbgrader's ``test-v0``, ``test-v1``,
+``test-v2``) raises SchemaTooOldError, which stops `nbgrader autograde` for the whole class
+until someone runs ``nbgrader update`` on the hand-ins; one of a newer format (``too-new``)
+SchemaTooNewError, likewise; a cell without a grade_id (``test-v0-invalid``) a KeyError in
+DeduplicateIds, which drops the student's whole assignment. Here each is graded as
+``nbgrader update`` would have it graded, and a notebook with no cell left is malformed.
 """
 
 from __future__ import annotations
 
+import copy
+
 import nbformat
 from nbgrader import utils
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.preprocessors import OverwriteCells as NbgraderOverwriteCells
 
 MALFORMED = (
@@ -71,3 +86,79 @@ class OverwriteCells(NbgraderOverwriteCells):
             before = [present[name] for name in order[:at] if name in present]
             nb.cells.insert(max(before) + 1 if before else 0, cell)
         return nb, resources
+
+
+def released_metadata(source_nb) -> dict[str, dict]:
+    """The nbgrader metadata of each released cell of a gradebook's notebook, by grade_id, as
+    `nbgrader generate_assignment` writes it (schema 3, the checksum by which an unchanged
+    answer is known)."""
+    grades = {c.name: c.max_score for c in source_nb.grade_cells}
+    tasks = {c.name: c.max_score for c in source_nb.task_cells}
+    solutions = {c.name for c in source_nb.solution_cells}
+    found = {}
+    for cell in source_nb.source_cells:
+        name = cell.name
+        graded, solution, task = name in grades, name in solutions, name in tasks
+        meta = {
+            "cell_type": cell.cell_type,
+            "checksum": cell.checksum,
+            "grade": graded,
+            "grade_id": name,
+            "locked": bool(cell.locked) and not (graded or solution),
+            "schema_version": 3,
+            "solution": solution,
+        }
+        if graded or task:
+            meta["points"] = grades[name] if graded else tasks[name]
+        if task:
+            meta["task"] = True
+        found[name] = {k: v for k, v in meta.items() if v is not None}
+    return found
+
+
+def restore(nb, released: dict[str, dict]):
+    """Each cell naming a released cell (its first one) gets that cell's metadata; every other
+    cell loses nbgrader's (a copy of a test cell, a cell of another notebook or format)."""
+    seen = set()
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader")
+        if meta is None:
+            continue
+        grade_id = meta.get("grade_id") if isinstance(meta, dict) else None
+        if isinstance(grade_id, str) and grade_id in released and grade_id not in seen:
+            cell.metadata["nbgrader"] = copy.deepcopy(released[grade_id])
+            retype(cell, released[grade_id]["cell_type"])
+            seen.add(grade_id)
+        else:
+            del cell.metadata["nbgrader"]
+    return nb
+
+
+def retype(cell, cell_type: str) -> None:
+    """The released type back on a cell whose type the student changed (an answer or test
+    cell made markdown, or code). nbgrader's OverwriteCells does it too, but validates the
+    cell against nbformat 4.5's schema, which wants a cell id that a notebook of an older
+    minor format (nbgrader's ``submitted-answer-cell-type-changed``) has not: it raises and
+    the student's whole assignment is dropped."""
+    if cell.cell_type == cell_type:
+        return
+    cell.cell_type = cell_type
+    if cell_type == "code":
+        cell.outputs, cell.execution_count = [], None
+    else:
+        cell.pop("outputs", None)
+        cell.pop("execution_count", None)
+
+
+class RestoreMetadata(NbGraderPreprocessor):
+    """The released metadata on the hand-in's cells, from the gradebook (see the module)."""
+
+    def preprocess(self, nb, resources):
+        found = resources.get("nbgrader", {})
+        try:
+            with Gradebook(found["db_url"]) as gb:
+                source_nb = gb.find_notebook(found["notebook"], found["assignment"])
+                released = released_metadata(source_nb)
+        except (KeyError, MissingEntry):  # not an assignment's notebook: nbgrader decides
+            return nb, resources
+        return restore(nb, released), resources

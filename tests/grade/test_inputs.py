@@ -44,3 +44,23 @@ def test_the_released_files_are_every_regular_file_at_any_depth_and_no_link(tmp_
     (release / "data" / "deep" / "link").symlink_to("/etc/hostname")
     (release / "linked").symlink_to(release / "data")
     assert released_files(release) == {"data.txt": b"top", "data/deep/values.txt": b"1 2 3"}
+
+
+def test_an_instructors_assignment_is_ordered_by_all_its_notebooks_reference_times(tmp_path):
+    """An instructor's assignment has a reference file per notebook (build/reference/<name>.json
+    for the notebook named after it, <name>/<notebook>.json for the others): its time is their
+    sum, so a long quiz of short notebooks is not graded last as if never timed."""
+    from graders.grade.inputs import longest_first
+    from graders.grade.intake import HandIn
+
+    reference = tmp_path / "build" / "reference"
+    (reference / "quiz").mkdir(parents=True)
+    for lab, names in (("quiz", ("a", "b", "c")), ("lab", ("lab",))):
+        (tmp_path / "labs" / lab).mkdir(parents=True)
+        for name in names:
+            (tmp_path / "labs" / lab / f"{name}.ipynb").write_text("{}")
+    for name in ("a", "b", "c"):  # 3 x 3 s, none named after the assignment
+        (reference / "quiz" / f"{name}.json").write_text(json.dumps({"seconds": 3.0}))
+    (reference / "lab.json").write_text(json.dumps({"seconds": 5.0}))
+    found = [HandIn("s", "lab", b""), HandIn("s", "quiz", b"")]
+    assert [h.lab for h in longest_first(found, tmp_path)] == ["quiz", "lab"]
