@@ -13,6 +13,9 @@ task's copy in its scratch course) and orders the hand-ins by `seconds`. A `Refe
   every hand-in's per-cell and per-notebook time budgets follow (graders/budgets.py);
 * ``version``: the format, `VERSION`; a file without one is version 1 (no ``cells``): it is
   still read, and its lab is graded with the flat budgets until `make build` makes it again.
+
+Its keys are spelt here only: each reader asks for what it needs (`observations`, `seconds`,
+`timing`, `times`) and a task's copy is made by `task_copy`.
 """
 
 from __future__ import annotations
@@ -94,6 +97,21 @@ def timing(file: Path) -> tuple[list[CellTime], float] | None:
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     return checked, max(total, sum(c["seconds"] for c in checked))
+
+
+def times(file: Path) -> ReferenceFile:
+    """The solution's times in `file` (version, cells, seconds) as a task's copy keeps them, the
+    per-notebook budgets' source; {} where it has none (its lab gets the flat limits)."""
+    timed = timing(file)
+    if timed is None:
+        return {}
+    return ReferenceFile(version=VERSION, cells=timed[0], seconds=timed[1])
+
+
+def task_copy(observed: Observations, timed: ReferenceFile | None) -> ReferenceFile:
+    """A task's copy of a reference file: the solution's records and, where the course has
+    them, its times (`times`); no key (a task never makes one again)."""
+    return ReferenceFile(observations=observed, **(timed or {}))
 
 
 def write(file: Path, saved: ReferenceFile) -> None:

@@ -12,6 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
+from graders.formats.timings import Clock, Phase
 from graders.formats.wire import Course, Job, Result
 from graders.grade import engine
 from graders.grade.class_run import ClassRun
@@ -83,11 +84,11 @@ def run_tasks(
     closed = threading.Event()  # the run is over: a late result is not merged
 
     def arrived(hand_in: HandIn, result: Result, submitted: float) -> None:
-        timings = result.setdefault("timings", {})
-        if "started_at" in timings:
-            timings["queue"] = max(0.0, timings.pop("started_at") - submitted)
-        kernel_up = timings.pop("kernel_up_at", None)
-        timings["intake"] = timings.get("intake", 0.0) + hand_in.intake_s
+        took, clock = result.setdefault("timings", {}), result.get("clock") or Clock()
+        if clock.started_at is not None:
+            took[Phase.QUEUE] = max(0.0, clock.started_at - submitted)
+        kernel_up = clock.kernel_up_at
+        took[Phase.INTAKE] = took.get(Phase.INTAKE, 0.0) + hand_in.intake_s
         with merging:
             if closed.is_set():
                 return

@@ -52,6 +52,7 @@ from graders.config.course import LABS, REPO, notebooks, prepare_data, unknown_l
 from graders.formats import gradebook, gradelog
 from graders.formats.export import export_grades
 from graders.formats.gradelog import LogEntry
+from graders.formats.timings import Phase
 from graders.formats.wire import Job, Result
 from graders.grade import dispatch, engine, inputs, intake, merge
 from graders.grade.class_run import (
@@ -239,7 +240,7 @@ def _merge_one(root: Path, run: ClassRun, keys: dict, hand_in: HandIn, result: R
             merge.record_failure(root, hand_in.student, hand_in.lab)
         except Exception as again:  # noqa: BLE001
             run.problems.append(Problem(hand_in.where, f"could not be recorded: {again}"))
-    run.timings[item]["merge"] = time.monotonic() - mark
+    run.timings[item][Phase.MERGE] = time.monotonic() - mark
     log_hand_in(root, hand_in, result, run, key)
 
 

@@ -29,8 +29,9 @@ from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 from nbgrader.preprocessors import ClearHiddenTests
 from nbgrader.utils import is_grade, is_solution
 
-from graders.formats.verdict import VERDICT
+from graders.formats.verdict import VERDICT, Verdict
 
+NOT_JUDGED = "Not graded by this course's grader: see your instructor."
 NOTE = (
     "**Feedback.** Each check below says whether it passed, or what it found wrong. "
     "The outputs of your cells are not repeated here: run your notebook to see them."
@@ -49,12 +50,9 @@ class TemplateFeedback(ClearHiddenTests):
         if is_grade(cell) and not is_solution(cell):
             if self.begin_test_delimeter in cell.source:
                 self._remove_hidden_test_region(cell)
-            verdict = cell.metadata.get(VERDICT)
-            verdict = verdict if isinstance(verdict, dict) else {}
-            sentence = verdict.get("sentence")
-            if not isinstance(sentence, str):
-                sentence = "Not graded by this course's grader: see your instructor."
-            name = "stdout" if verdict.get("kind") == "passed" else "stderr"
+            verdict = Verdict.from_metadata(cell.metadata.get(VERDICT), cell_index)
+            sentence = verdict.sentence if verdict else NOT_JUDGED
+            name = "stdout" if verdict and verdict.passed else "stderr"
             cell.outputs = [nbformat.v4.new_output("stream", name=name, text=sentence + "\n")]
         else:
             cell.outputs = []

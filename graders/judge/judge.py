@@ -38,8 +38,9 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.utils import is_grade
 from traitlets import Unicode
 
-from graders.formats import references, wire
+from graders.formats import references, timings
 from graders.formats.records import Malformed, Observations, Record, cell_records, test_cells
+from graders.formats.timings import Phase
 from graders.formats.verdict import VERDICT, Kind, Verdict
 from graders.judge import torch_errors
 from graders.judge.check_source import (
@@ -266,7 +267,7 @@ class JudgeRecords(NbGraderPreprocessor):
             return self._judge(nb, resources)
         finally:
             if self.timings:
-                wire.add_timing(Path(self.timings), "checks", time.monotonic() - started)
+                timings.add(Path(self.timings), Phase.CHECKS, time.monotonic() - started)
 
     def _judge(self, nb, resources):
         info = resources.get("nbgrader", {})
@@ -285,8 +286,8 @@ class JudgeRecords(NbGraderPreprocessor):
                 raise missing
             grade_id = cell.metadata.nbgrader["grade_id"]
             kind, sentence = verdict(cell, index, reference.get(grade_id, []), limits)
-            cell.metadata[VERDICT] = Verdict(kind=kind, sentence=sentence)
-            if kind == "passed":
+            cell.metadata[VERDICT] = Verdict(kind=Kind(kind), sentence=sentence).metadata()
+            if kind == Kind.PASSED:
                 cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=sentence)]
             else:
                 cell.outputs = [
@@ -300,19 +301,14 @@ class JudgeRecords(NbGraderPreprocessor):
         """The solution's records of this notebook. Needed only where a hidden test recorded
         (an ordinary nbgrader notebook records nothing and needs none); missing then, the
         notebook cannot be judged, and nbgrader reports it as not graded (never a 0)."""
-        from nbgrader.coursedir import CourseDirectory
+        from graders.sandbox.build_reference import course_reference
 
-        coursedir = CourseDirectory(config=self.config)
-        root = Path(coursedir.root)
-        folder = Path(self.reference_dir) if self.reference_dir else references.folder(root)
-        file = references.path(folder, lab, notebook)
-        source = Path(coursedir.format_path(coursedir.source_directory, ".", lab))
-        source = source / f"{notebook}.ipynb"
-        if source.is_file():  # plain nbgrader in the repository: made again if stale
-            from graders.config.course import LABS
-            from graders.sandbox.build_reference import cached_reference
-
-            return cached_reference(source, file, strict=lab in LABS)
+        # plain nbgrader in the repository: made again if stale
+        folder, file, observed = course_reference(
+            self.config, self.reference_dir, lab, notebook, remake=True
+        )
+        if observed is not None:
+            return observed
         try:  # no source notebook here: the records made with it, as they are
             return references.observations(file)
         except (OSError, ValueError, KeyError) as error:

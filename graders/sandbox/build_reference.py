@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import nbformat
 
@@ -133,6 +134,33 @@ def cached_reference(solution: Path, cache: Path, strict: bool = True) -> Observ
         ),
     )
     return observed
+
+
+class Located(NamedTuple):
+    folder: Path  # where the reference files are
+    file: Path  # the notebook's
+    observed: Observations | None  # its records, where it was checked fresh (else None)
+
+
+def course_reference(config, reference_dir: str, lab: str, notebook: str, remake: bool) -> Located:
+    """Where an nbgrader step configured by `config` finds the reference file of `lab`'s
+    `notebook`: in `reference_dir` where the grader gave one (a task's copy), else in the
+    course's build/reference/. Where `remake` and the course's source notebook is here (a
+    plain nbgrader run in the repository), the file is first made again if stale
+    (`cached_reference`) and its records come back too; what making it raised is raised.
+    The sandbox (for the cell times) and the judge (for the records) both find it here."""
+    from nbgrader.coursedir import CourseDirectory
+
+    from graders.config.course import LABS
+
+    coursedir = CourseDirectory(config=config)
+    folder = Path(reference_dir) if reference_dir else references.folder(Path(coursedir.root))
+    file = references.path(folder, lab, notebook)
+    source = Path(coursedir.format_path(coursedir.source_directory, ".", lab))
+    source = source / f"{notebook}.ipynb"
+    if remake and source.is_file():
+        return Located(folder, file, cached_reference(source, file, strict=lab in LABS))
+    return Located(folder, file, None)
 
 
 def prepare_references(root: Path, labs: list[str], workers: int | None = None) -> None:

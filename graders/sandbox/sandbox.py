@@ -149,23 +149,14 @@ class SandboxedExecute(Execute):
         """The notebook's timed reference (graders.references.timing), or why there is none."""
         if not lab:
             return None, "the notebook's lab is not known"
-        from nbgrader.coursedir import CourseDirectory
+        from graders.sandbox.build_reference import course_reference
 
-        notebook = notebook or lab
-        coursedir = CourseDirectory(config=self.config)
-        root = Path(coursedir.root)
-        folder = Path(self.reference_dir) if self.reference_dir else references.folder(root)
-        file = references.path(folder, lab, notebook)
-        source = Path(coursedir.format_path(coursedir.source_directory, ".", lab))
-        source = source / f"{notebook}.ipynb"
-        if not self.reference_dir and source.is_file():  # plain nbgrader in the repository
-            from graders.config.course import LABS
-            from graders.sandbox.build_reference import cached_reference
-
-            try:
-                cached_reference(source, file, strict=lab in LABS)
-            except Exception as error:  # noqa: BLE001 - the judge says it again, in full
-                return None, f"its reference could not be made ({error})"
+        try:  # plain nbgrader in the repository: made again first if stale
+            file = course_reference(
+                self.config, self.reference_dir, lab, notebook or lab, not self.reference_dir
+            ).file
+        except Exception as error:  # noqa: BLE001 - the judge says it again, in full
+            return None, f"its reference could not be made ({error})"
         timed = references.timing(file)
         if timed is None:
             return None, f"{file} is missing or holds no per-cell times: run `make build`"

@@ -22,7 +22,8 @@ from typing import TypedDict
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Dict
 
-from graders.formats import wire
+from graders.formats import timings
+from graders.formats.timings import Phase
 from graders.sandbox import sandbox_host, zygote
 from graders.sandbox.sandbox_argv import (
     KERNEL_THREADS,
@@ -126,7 +127,7 @@ class SandboxKernelManager(AsyncKernelManager):
         if getattr(self, "_mounted", False):
             await self._seal_sockets()
         if self.sandbox.get("timings"):
-            wire.add_timing(Path(self.sandbox["timings"]), "kernel_start", started_in)
+            timings.add(Path(self.sandbox["timings"]), Phase.KERNEL_START, started_in)
         budget = self.sandbox.get("budget_s")
         if budget:  # SandboxedExecute interrupts at the budget; this is for a kernel that hangs
             budget += KILL_GRACE_S

@@ -119,3 +119,32 @@ def test_an_instructors_notebook_whose_solution_fails_a_check_is_kept_with_a_not
     assert "the solution fails its own test cell 'bar': NameError" in capsys.readouterr().err
     with pytest.raises(RuntimeError, match="fails its own test cell 'bar'"):
         reference_run(solution, timeout=60)
+
+
+def test_the_sandbox_and_the_judge_find_a_notebooks_reference_in_one_place(tmp_path, monkeypatch):
+    """`course_reference`: a task's copy where the grader named a folder (never made again);
+    else the course's build/reference/, made again first where the course's source notebook
+    is here and the caller asks (plain nbgrader in the repository)."""
+    from traitlets.config import Config
+
+    from graders.sandbox import build_reference
+    from graders.sandbox.build_reference import course_reference
+
+    made = []
+    monkeypatch.setattr(
+        build_reference,
+        "cached_reference",
+        lambda source, file, strict=True: made.append((source, file, strict)) or {"t": []},
+    )
+    config = Config({"CourseDirectory": {"root": str(tmp_path)}})
+    source = tmp_path / "source" / "ps1" / "quiz.ipynb"
+    source.parent.mkdir(parents=True)
+    source.write_text("{}")
+    given = tmp_path / "task-copy"
+    found = course_reference(config, str(given), "ps1", "quiz", remake=False)
+    assert found == (given, given / "ps1" / "quiz.json", None) and made == []
+    found = course_reference(config, "", "ps1", "quiz", remake=True)
+    where = tmp_path / "build" / "reference"
+    assert found == (where, where / "ps1" / "quiz.json", {"t": []})
+    assert made == [(source, where / "ps1" / "quiz.json", False)]  # not a lab: not strict
+    assert course_reference(config, "", "ps1", "other", remake=True).observed is None
