@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 import pytest
@@ -224,3 +225,33 @@ def test_a_module_outside_the_packages_and_a_face_that_lies_are_caught(tmp_path)
     (package / "new_format.py").write_text('"""A format the face does not name."""\n')
     problems = face_problems(package)
     assert len(problems) == 1 and "'new_format'" in problems[0], problems
+
+
+PATH_NAMED = re.compile(r"(?<![\w/.])graders/[\w/]+\.py\b")
+MODULE_NAMED = re.compile(r"(?<![\w.])graders\.(\w+)")
+
+
+def stale_names(files: dict[str, Path]) -> list[str]:
+    """Where a module of graders/ names a file of graders/ that is not there, or a module of a
+    package that is not one (``graders/task.py`` or ``graders.task`` for graders/grade/task.py):
+    its words must lead a reader to the file they mean."""
+    found = []
+    for name, path in sorted(files.items()):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            named = [p for p in PATH_NAMED.findall(line) if not (REPO / p).is_file()]
+            named += [f"graders.{m}" for m in MODULE_NAMED.findall(line) if m not in RULES]
+            found += [f"{name}:{number} names {n}" for n in named]
+    return found
+
+
+def test_the_graders_words_name_each_module_by_its_package():
+    assert not stale_names(FILES)
+
+
+def test_a_stale_name_is_caught(tmp_path):
+    old = tmp_path / "old.py"
+    old.write_text('"""Read by graders/task.py and graders.judge.judge."""\nX = "graders.inputs"\n')
+    assert stale_names({"graders.grade.old": old}) == [
+        "graders.grade.old:1 names graders/task.py",
+        "graders.grade.old:2 names graders.inputs",
+    ]

@@ -1,5 +1,5 @@
 """grading-log.jsonl: one line per hand-in graded, appended by the class run (graders.grade)
-and read by it (to resume) and by the class report (graders.report_data).
+and read by it (to resume) and by the class report (graders.report.report_data).
 
 A line is a `LogEntry`: who and which lab, the key of the inputs it was graded from, when,
 whether grading succeeded, the seconds of each phase (`graders.formats.timings.Phase`, and
@@ -24,7 +24,7 @@ GRADING_LOG = "grading-log.jsonl"
 class LogEntry(TypedDict):
     student: str
     lab: str
-    key: str | None  # graders.inputs.hand_in_key of what was graded; None: never graded
+    key: str | None  # graders.grade.inputs.hand_in_key of what was graded; None: never graded
     graded_at: str  # %Y-%m-%dT%H:%M:%S%z
     ok: bool
     timings: dict[str, float]  # seconds, by phase (graders.formats.timings.Phase) and "total"

@@ -1,10 +1,10 @@
-"""What crosses between the instructor's side (graders.grade, graders.merge) and a grading task
-(graders.task), on whichever machine the engine (graders.engine) runs it: plain data only,
-since a task shares no file system with the instructor.
+"""What crosses between the instructor's side (graders.grade.grade, graders.grade.merge) and a
+grading task (graders.grade.task), on whichever machine the engine (graders.grade.engine) runs
+it: plain data only, since a task shares no file system with the instructor.
 
-* `Course`: what every task of a class run shares (graders.inputs.course_inputs makes it);
-* `Job`: one hand-in (graders.grade makes it; graders.task.run adds `LocalJob`'s paths);
-* `Result`: what a task gives back (graders.task.grade), merged by graders.merge;
+* `Course`: what every task of a class run shares (graders.grade.inputs.course_inputs makes it);
+* `Job`: one hand-in (graders.grade makes it; graders.grade.task.run adds `LocalJob`'s paths);
+* `Result`: what a task gives back (graders.grade.task.grade), merged by graders.grade.merge;
 * `kill_reason`: the sandbox's events file, read back.
 
 The phases' durations and the task's timings file are graders/formats/timings.py's.
@@ -47,7 +47,7 @@ class Job(TypedDict):
 
 
 class LocalJob(Job, total=False):
-    """A job with what graders.task.run unpacked of the Course on the worker's disk."""
+    """A job with what graders.grade.task.run unpacked of the Course on the worker's disk."""
 
     gradebook: str
     reference_dir: str

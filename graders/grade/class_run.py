@@ -1,4 +1,4 @@
-"""One class run's outcome (`ClassRun`, what graders.grade.grade_class returns) and what is
+"""One class run's outcome (`ClassRun`, what graders.grade.grade.grade_class returns) and what is
 told of it: the scores read back from the gradebook, timings.csv, the summary line and the
 table printed at the end."""
 

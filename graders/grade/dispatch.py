@@ -1,4 +1,4 @@
-"""Where each hand-in of a class run is graded: on the Dask engine (graders/engine.py), a
+"""Where each hand-in of a class run is graded: on the Dask engine (graders/grade/engine.py), a
 local cluster by default or an existing scheduler; and, while the local cluster starts, in
 this process, the shortest hand-ins first, so that the first kernel starts at once (one
 hand-in alone is graded here with no cluster at all). Each result is handed to the caller's
@@ -19,11 +19,11 @@ from graders.grade.class_run import ClassRun
 from graders.grade.intake import HandIn
 
 SPAWN_WAIT_S = 30  # past this, the local cluster's workers are awaited without grading here
-JUPYTER_VARIABLES = ("JUPYTER_PATH", "JUPYTER_RUNTIME_DIR")  # graders.task sets them per task
+JUPYTER_VARIABLES = ("JUPYTER_PATH", "JUPYTER_RUNTIME_DIR")  # graders.grade.task sets them per task
 
 
 def grade_here(course: Course, job: Job) -> Result:
-    """One grading task in this process, as a worker runs it (graders.task.run: its kernel in
+    """One grading task in this process, as a worker runs it (graders.grade.task.run: its kernel in
     the sandbox, everything as data), leaving this process's environment as it was."""
     from graders.grade import task
 

@@ -1,8 +1,8 @@
 """A class run's inputs: what every grading task shares (a `wire.Course`), what each
 hand-in's grade depends on (its key), what a resumed run leaves as it is, and the order the
-hand-ins are graded in. graders/grade.py uses them; the reference files are
-graders/references.py's, the grading log graders/gradelog.py's, the gradebook
-graders/gradebook.py's."""
+hand-ins are graded in. graders/grade/grade.py uses them; the reference files are
+graders/formats/references.py's, the grading log graders/formats/gradelog.py's, the gradebook
+graders/formats/gradebook.py's."""
 
 from __future__ import annotations
 

@@ -8,9 +8,9 @@ released with the assignment, which the sandbox puts read-only beside the notebo
 the student as ``student``, whatever the real folder's name is (spaces, glob characters, a
 leading dash...); the grader's side puts the real name back when it merges.
 
-The kernel runs in the sandbox (graders/sandbox.py) with a working folder of its own, so
+The kernel runs in the sandbox (graders/sandbox/sandbox.py) with a working folder of its own, so
 nothing it writes is in the scratch course: what comes back is what nbgrader made of the
-kernel's messages (scores decided by graders/judge.py, the graded notebook and the feedback
+kernel's messages (scores decided by graders/judge/judge.py, the graded notebook and the feedback
 page), plus per-phase timings and, when something went wrong, why. Every failure is caught
 here and reported as a reason: a task never raises for a hand-in's sake.
 """
@@ -289,7 +289,7 @@ def _scratch_course(scratch: Path, job: LocalJob) -> tuple[dict, Path]:
     lab = job["lab"]
     folder = scratch / "submitted" / NEUTRAL_ID / lab
     folder.mkdir(parents=True)
-    for name, text in job["notebooks"].items():  # those of the release (graders/intake.py)
+    for name, text in job["notebooks"].items():  # those of the release (graders/grade/intake.py)
         release = nbformat.reads(job["releases"][name], as_version=4)
         nb = restore_metadata(nbformat.reads(text, as_version=4), release)
         nbformat.write(nb, folder / f"{name}.ipynb")
@@ -310,7 +310,7 @@ def _scratch_course(scratch: Path, job: LocalJob) -> tuple[dict, Path]:
         threads=KERNEL_THREADS,
         events=str(events),
         timings=str(timings),
-        # limits the caller gave replace the per-lab budgets (graders/budgets.py) wholesale
+        # limits the caller gave replace the per-lab budgets (graders/formats/budgets.py) wholesale
         flat=bool(job.get("budget_s") or job.get("cell_timeout")),
     )
     if job.get("budget_s"):
@@ -323,7 +323,7 @@ def _scratch_course(scratch: Path, job: LocalJob) -> tuple[dict, Path]:
     changes = {
         "SandboxedExecute": {"settings": dict(settings), "reference_dir": job["reference_dir"]},
         "JudgeRecords": {"reference_dir": job["reference_dir"], "timings": str(timings)},
-        # the same page, its templates compiled once per worker (graders/feedback.py)
+        # the same page, its templates compiled once per worker (graders/judge/feedback.py)
         "GenerateFeedback": {"exporter_class": "graders.judge.feedback.CachedHTMLExporter"},
     }
     if job.get("cell_timeout"):
@@ -385,8 +385,9 @@ def _feedback(api, scratch: Path, lab: str, result: Result) -> None:
 
 
 def grade(api_for, job: LocalJob) -> Result:
-    """Grade one hand-in (`job`: see graders.wire.LocalJob). `api_for(root, config_changes)`:
-    an nbgrader API on a course. Never raises: a failure is a result with a reason."""
+    """Grade one hand-in (`job`: see graders.formats.wire.LocalJob). `api_for(root,
+    config_changes)`: an nbgrader API on a course. Never raises: a failure is a result with a
+    reason."""
     took, started = {}, time.monotonic()
     result = Result(ok=False, reason=None, timings=took, clock=Clock())
     scratch = Path(tempfile.mkdtemp(prefix="task-", dir=job.get("scratch_root")))

@@ -6,7 +6,7 @@ trusts:
 
 * the text and code of the notebook (the student's own answers, the released cells);
 * each test cell's visible checks, with its hidden regions removed, and, as its only output,
-  the judge's sentence (graders/verdict.py): passed, or which check failed and why;
+  the judge's sentence (graders/formats/verdict.py): passed, or which check failed and why;
 * no output the kernel wrote, in any cell: a hostile kernel could print the hidden tests'
   code there (an event hook sees every cell's source), or HTML and script.
 
@@ -154,7 +154,7 @@ def needs_nbconvert_pass(html: str) -> bool:
 
 
 class CachedHTMLExporter(HTMLExporter):
-    """nbconvert's HTMLExporter (generate_feedback's; graders.task names it as
+    """nbconvert's HTMLExporter (generate_feedback's; graders.grade.task names it as
     ``GenerateFeedback.exporter_class``), faster: its templates compiled once per process,
     each code cell's highlighting remembered, and nbconvert's pass over the rendered page
     (parse, add alt text and tabindex, write out again) made only where it could change the

@@ -1,6 +1,6 @@
-"""The class report's numbers, computed from a `ClassData` (graders/report_data.py): pass
+"""The class report's numbers, computed from a `ClassData` (graders/report/report_data.py): pass
 rates, score histograms, failure sentences, runs and grading times, who needs a human look,
-and the LMS's wide table. Plain rows of data: graders/report_page.py shows them."""
+and the LMS's wide table. Plain rows of data: graders/report/report_page.py shows them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Reference-making, a step of the build: run each lab's solution notebook (trusted code only)
-and keep its records in build/reference/<lab>.json (graders/references.py), which the judge
-compares every hand-in with. `make build` calls `prepare_references` (graders/build.py), the
+and keep its records in build/reference/<lab>.json (graders/formats/references.py), which the judge
+compares every hand-in with. `make build` calls `prepare_references` (graders/build/build.py), the
 class run too (to remake what is stale), and a plain ``nbgrader autograde`` in the repository
 through the judge (`cached_reference`)."""
 

@@ -1,9 +1,10 @@
-"""nbgrader's kernel manager for the grading sandbox (graders/sandbox.py says what the sandbox
-allows): `SandboxKernelManager` starts each notebook's kernel in a sandbox of its own (forked
-from the warm process, graders/zygote.py, or alone in bubblewrap, graders/sandbox_argv.py),
-watches it against the notebook's budget, and throws its host side away (graders/
-sandbox_host.py) when it is gone. `Settings` is what the grader tells the sandbox about one
-notebook; `write_kernelspec` the kernelspec the grader's scratch course uses."""
+"""nbgrader's kernel manager for the grading sandbox (graders/sandbox/sandbox.py says what the
+sandbox allows): `SandboxKernelManager` starts each notebook's kernel in a sandbox of its own
+(forked from the warm process, graders/sandbox/zygote.py, or alone in bubblewrap,
+graders/sandbox/sandbox_argv.py), watches it against the notebook's budget, and throws its host
+side away (graders/sandbox/sandbox_host.py) when it is gone. `Settings` is what the grader tells
+the sandbox about one notebook; `write_kernelspec` the kernelspec the grader's scratch course
+uses."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ SOCKETS_WAIT_S = 120  # the longest a kernel may take to make its sockets (nbcli
 
 
 class Settings(TypedDict, total=False):
-    """What the grader (graders.task) tells the sandbox about one notebook; all optional."""
+    """What the grader (graders.grade.task) tells the sandbox about one notebook; all optional."""
 
     runtime: str  # folder for the kernels' private runtime folders
     readonly: list[str]  # host folders the kernel may read (the course data)
@@ -60,7 +61,9 @@ class SandboxKernelManager(AsyncKernelManager):
     and the kill is written to the events file so the grader can say why.
     """
 
-    sandbox = Dict(help="a Settings (graders.task), given by SandboxedExecute").tag(config=True)
+    sandbox = Dict(help="a Settings (graders.grade.task), given by SandboxedExecute").tag(
+        config=True
+    )
 
     _watchdog: threading.Timer | None = None
     _private: Path | None = None
@@ -96,7 +99,7 @@ class SandboxKernelManager(AsyncKernelManager):
         warm = None
         if uid is not None and zygote.usable(private, command):
             warm = zygote.for_folders(readonly)
-        if warm is not None:  # forked from the warm process (graders/zygote.py)
+        if warm is not None:  # forked from the warm process (graders/sandbox/zygote.py)
             connection = command[command.index("-f") + 1]
             argv = warm.command(private, connection, uid, threads, env, files, self._groups)
         else:
