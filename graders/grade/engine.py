@@ -4,8 +4,8 @@ By default `make autograde` starts a local cluster: one worker process per core,
 (and one torch thread) each, nothing to set up. It starts in a thread of its own
 (`LocalCluster`), its workers importing what a task needs as they start (graders/grade/warm.py),
 while the class run goes on (graders/grade/grade.py grades the first hand-ins itself meanwhile). Set
-a scheduler's address instead, with ``--scheduler tcp://host:8786``, the environment variable
-COURSE_DASK_SCHEDULER, or ``c.GradingEngine.scheduler`` in nbgrader_config.py, and the tasks go
+a scheduler's address instead, with ``--scheduler tcp://host:8786`` or
+``c.GradingEngine.scheduler`` in nbgrader_config.py, and the tasks go
 to an existing cluster: ``dask scheduler`` and ``dask worker`` on any machines, dask-jobqueue
 on SLURM/PBS, dask-kubernetes. A worker needs the course's Python environment and bubblewrap;
 it shares no file system with the instructor's machine: a task gets its inputs as bytes and
@@ -29,7 +29,6 @@ from traitlets.config import Configurable
 
 from graders.formats.wire import Course, Job, Result
 
-ENV = "COURSE_DASK_SCHEDULER"
 # A grading task waits on its kernel; Dask's statistical profiler would sample that wait every
 # 10 ms, about 6% of a core per worker (measured on 2 cores). Cluster workers: the same, with
 # DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False in their environment.
@@ -40,14 +39,17 @@ class GradingEngine(Configurable):
     """Where grading tasks run (nbgrader_config.py: ``c.GradingEngine.scheduler``)."""
 
     scheduler = Unicode(
-        "", help="address of an existing Dask scheduler; empty: a local cluster"
+        "",
+        help=(
+            "Address of an existing Dask scheduler (tcp://host:8786) whose workers grade the "
+            "class; empty: a local cluster of this machine's cores. `python -m graders.grade "
+            "--scheduler` overrides it for one run."
+        ),
     ).tag(config=True)
 
 
 def configured_scheduler(config_file: Path) -> str:
-    """The scheduler named by the environment, else by nbgrader_config.py, else ''."""
-    if os.environ.get(ENV):
-        return os.environ[ENV]
+    """The scheduler named by nbgrader_config.py, else ''."""
     from traitlets.config.loader import PyFileConfigLoader
 
     try:

@@ -48,7 +48,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from graders.config.course import LABS, REPO, notebooks, prepare_data, unknown_labs
+from graders.config.course import LABS, REPO, notebooks, unknown_labs
 from graders.formats import gradebook, gradelog
 from graders.formats.export import export_grades
 from graders.formats.gradelog import LogEntry
@@ -142,7 +142,6 @@ def grade_class(
         local = engine.LocalCluster(dispatch.cluster_size(workers, expected))
     ending = None
     try:
-        os.environ.update(prepare_data(labs_graded))
         prepare_references(root, labs_graded, workers)
         with tempfile.TemporaryDirectory(prefix="grading-") as tmp:  # nothing in the course
             labs_only = assignments_only(book, Path(tmp) / "labs.db")
@@ -294,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--scheduler",
         default=None,
-        help=f"a Dask scheduler's address (default: ${engine.ENV}, nbgrader_config.py, else local)",
+        help="a Dask scheduler's address (default: c.GradingEngine.scheduler, else local)",
     )
     args = parser.parse_args(argv)
     own = own_assignments_built(args.root.resolve())

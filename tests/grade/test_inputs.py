@@ -1,26 +1,32 @@
-"""A class run's inputs (graders/grade/inputs.py): the hand-ins are graded longest lab first."""
+"""A class run's inputs (graders/grade/inputs.py): the hand-ins are graded longest lab first
+(the reference files written through their owner, graders/formats/references.py: no graded
+class needed), and a task gets the release's files."""
 
 from __future__ import annotations
 
-import json
-
 from graders.config.course import LABS
+from graders.formats import references
+from graders.formats.references import ReferenceFile
 
 
-def test_labs_whose_solution_ran_longest_are_graded_first(course, graded, tmp_path):
-    """`make build` times each lab's solution run; a class run starts with the longest labs,
-    so it does not end on one long notebook while the other workers wait."""
+def test_make_build_timed_every_labs_solution(course, graded):
+    """What the grading order below rests on: `make build` timed each lab's solution run."""
+    for lab in LABS:
+        assert references.seconds(references.path(references.folder(course), lab)) > 0, lab
+
+
+def test_labs_whose_solution_ran_longest_are_graded_first(tmp_path):
+    """A class run starts with the labs whose solution ran longest, so it does not end on one
+    long notebook while the other workers wait; a lab never timed comes last, as found."""
     from graders.grade.inputs import longest_first
     from graders.grade.intake import HandIn
 
-    for lab in LABS:
-        saved = json.loads((course / "build" / "reference" / f"{lab}.json").read_text())
-        assert saved["seconds"] > 0, lab
-    reference = tmp_path / "build" / "reference"
-    reference.mkdir(parents=True)
+    where = references.folder(tmp_path)
     for lab, seconds in (("short", 2.0), ("long", 9.5), ("middle", 4.0)):
-        (reference / f"{lab}.json").write_text(json.dumps({"seconds": seconds}))
-    (reference / "damaged.json").write_text("{not json")
+        references.write(
+            references.path(where, lab), ReferenceFile(observations={}, seconds=seconds)
+        )
+    references.path(where, "damaged").write_text("{not json")
     labs = ("short", "damaged", "long", "middle")
     found = [HandIn(student, lab, b"") for student in ("a", "b") for lab in labs]
     order = [(h.student, h.lab) for h in longest_first(found, tmp_path)]
