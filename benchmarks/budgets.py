@@ -43,6 +43,7 @@ from graders.build.build import build, source_notebook  # noqa: E402
 from graders.build.demo import Student, answer_ids, student_notebook  # noqa: E402
 from graders.config.course import LABS, REPO, prepare_data  # noqa: E402
 from graders.formats import budgets, references  # noqa: E402
+from graders.formats.verdict import Kind  # noqa: E402
 from graders.grade.grade import grade_class, worker_count  # noqa: E402
 from graders.sandbox.build_reference import prepare_references  # noqa: E402
 
@@ -164,7 +165,7 @@ def stopped(run) -> list[str]:
     return sorted(
         f"{student}/{lab}"
         for (student, lab), verdicts in run.verdicts.items()
-        if any(v.get("kind") == "limit" for v in verdicts.values())
+        if any(v.kind is Kind.LIMIT for v in verdicts.values())
     )
 
 

@@ -20,6 +20,7 @@ run's figure is the luck of its seed.
 from __future__ import annotations
 
 import argparse
+import ast
 import random
 import sys
 import time
@@ -34,31 +35,22 @@ sys.path.insert(0, str(REPO))
 
 from data import mnist  # noqa: E402
 
-SEED, BATCH, LR, MOMENTUM, HIDDEN = 666, 128, 0.01, 0.5, 100
+SEED, BATCH, LR, MOMENTUM = 666, 128, 0.01, 0.5  # the lab's DynamicNet: hidden 100
 MEAN, STD = 0.1307, 0.3081
 
 
-class DynamicNet(nn.Module):
-    """The course's DynamicNet (labs 5, 6, 8, 9): 0 to max_depth passes through one shared
-    middle layer, drawn per batch from `self.rng`."""
+def lab_dynamicnet() -> type[nn.Module]:
+    """Lab 5's DynamicNet as its text source defines it (solutions/lab05_dynamicnet/), so that
+    the benchmark trains the lab's own model, never a copy that may drift."""
+    source = REPO / "solutions" / "lab05_dynamicnet" / "lab05_dynamicnet.py"
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    (node,) = (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "DynamicNet")
+    namespace = {"torch": torch, "nn": nn, "F": F, "random": random}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), str(source), "exec"), namespace)  # noqa: S102
+    return namespace["DynamicNet"]
 
-    def __init__(self, d_in=784, hidden=HIDDEN, d_out=10, max_depth=3, seed=None):
-        super().__init__()
-        self.input_linear = nn.Linear(d_in, hidden)
-        self.middle_linear = nn.Linear(hidden, hidden)
-        self.output_linear = nn.Linear(hidden, d_out)
-        self.max_depth = max_depth
-        self.rng = random.Random(seed)
-        self.last_depth = None
 
-    def forward(self, x, depth=None):
-        if depth is None:
-            depth = self.rng.randint(0, self.max_depth)
-        self.last_depth = depth
-        h = F.relu(self.input_linear(x.flatten(1)))
-        for _ in range(depth):
-            h = F.relu(self.middle_linear(h))
-        return F.log_softmax(self.output_linear(h), dim=1)
+DynamicNet = lab_dynamicnet()  # 0 to max_depth passes through one shared middle layer
 
 
 def fresh(seed=SEED):

@@ -381,8 +381,8 @@ def test_make_autograde_grades_an_instructors_assignment_in_its_class_run(graded
     for item, entry in latest.items():
         assert entry["ok"] and entry["key"], item
         assert "kernel_start" in entry["timings"], item
-    assert latest[("good", "quiz")]["verdicts"]["deep/check_total"]["kind"] == "passed"
-    assert latest[("forger", "quiz")]["verdicts"]["deep/check_total"]["kind"] != "passed"
+    assert latest[("good", "quiz")]["verdicts"]["deep/check_total"].passed
+    assert latest[("forger", "quiz")]["verdicts"]["deep/check_total"].passed is False
     assert "grading 21 hand-in(s) on a local Dask cluster" in runs["make autograde"].stdout
     with open(again / "timings.csv", newline="") as fh:
         timed = {(row["student"], row["lab"]) for row in csv.DictReader(fh)}

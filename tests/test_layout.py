@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 import pytest
@@ -224,3 +225,84 @@ def test_a_module_outside_the_packages_and_a_face_that_lies_are_caught(tmp_path)
     (package / "new_format.py").write_text('"""A format the face does not name."""\n')
     problems = face_problems(package)
     assert len(problems) == 1 and "'new_format'" in problems[0], problems
+
+
+PATH_NAMED = re.compile(r"(?<![\w/.])graders/[\w/]+\.py\b")
+MODULE_NAMED = re.compile(r"(?<![\w.])graders\.(\w+)")
+
+
+def stale_names(files: dict[str, Path]) -> list[str]:
+    """Where a module of graders/ names a file of graders/ that is not there, or a module of a
+    package that is not one (``graders/task.py`` or ``graders.task`` for graders/grade/task.py):
+    its words must lead a reader to the file they mean."""
+    found = []
+    for name, path in sorted(files.items()):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            named = [p for p in PATH_NAMED.findall(line) if not (REPO / p).is_file()]
+            named += [f"graders.{m}" for m in MODULE_NAMED.findall(line) if m not in RULES]
+            found += [f"{name}:{number} names {n}" for n in named]
+    return found
+
+
+def test_the_graders_words_name_each_module_by_its_package():
+    assert not stale_names(FILES)
+
+
+def test_a_stale_name_is_caught(tmp_path):
+    old = tmp_path / "old.py"
+    old.write_text('"""Read by graders/task.py and graders.judge.judge."""\nX = "graders.inputs"\n')
+    assert stale_names({"graders.grade.old": old}) == [
+        "graders.grade.old:1 names graders/task.py",
+        "graders.grade.old:2 names graders.inputs",
+    ]
+
+
+# The modules of graders/ that write the process's environment, and why. A kernel's own
+# environment is built as a dict and given to it; settings travel through nbgrader's
+# configuration (traitlets) and the sandbox's settings.
+WRITES_ENVIRON = {
+    "graders.kernel.grading_zygote": "the forked kernel's own environment, in its own process",
+    "graders.config.nbgrader_cli": "PATH while nbgrader runs in this process (it calls alembic)",
+    # jupyter_client's kernelspec and runtime folders, read from the environment by nbgrader's
+    # kernel manager: still set per task (dispatch puts them back after a task graded here)
+    "graders.grade.task": "JUPYTER_PATH and JUPYTER_RUNTIME_DIR for nbgrader's kernel manager",
+    "graders.grade.dispatch": "puts back what graders.grade.task set",
+}
+ENVIRON_WRITES = {"update", "pop", "clear", "setdefault", "popitem", "__setitem__"}
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+def environ_writers(files: dict[str, Path]) -> list[str]:
+    """The modules that write os.environ (an item set or deleted, update, pop, ...)."""
+
+    def is_environ(node) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "environ"
+
+    found = set()
+    for name, path in files.items():
+        for node in ast.walk(parsed(path)):
+            targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
+            if isinstance(node, ast.Assign | ast.AugAssign | ast.Delete) and any(
+                isinstance(t, ast.Subscript) and is_environ(t.value) for t in targets
+            ):
+                found.add(name)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr in ENVIRON_WRITES and is_environ(node.func.value):
+                    found.add(name)
+                elif node.func.attr == "putenv":
+                    found.add(name)
+    return sorted(found)
+
+
+def test_no_module_writes_the_environment_but_for_a_process_that_needs_it():
+    assert environ_writers(FILES) == sorted(WRITES_ENVIRON)
+
+
+def test_a_write_to_the_environment_is_caught(tmp_path):
+    for line in ('os.environ["COURSE_X"] = "1"', "os.environ.update(data)", "del os.environ[k]"):
+        files = with_import("graders.grade.grade", line, tmp_path)
+        assert "graders.grade.grade" in environ_writers(files), line

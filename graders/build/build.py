@@ -7,7 +7,7 @@ that building twice gives byte-identical notebooks (tests/test_build.py relies o
 
 `python -m graders.build` (``make build``) then runs each solution notebook once and keeps
 the observations the grader's independent check compares students with (build/reference/,
-graders/build_reference.py beside this module), so that grading a class only reads them.
+graders/sandbox/build_reference.py beside this module), so that grading a class only reads them.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def build(
     """Write the source notebooks under root/build/source and the release under `release`:
     `labs` (default: every lab and every assignment of the instructor's in `own`).
 
-    The gradebook (root/gradebook.db, graders/gradebook.py) learns each lab's cells and
+    The gradebook (root/gradebook.db, graders/formats/gradebook.py) learns each lab's cells and
     checksums on the way: that is what autograding compares submissions against.
     """
     labs = labs or LABS + own_assignments(own)

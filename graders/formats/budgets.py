@@ -1,13 +1,13 @@
 """Per-lab time budgets: how long each cell of a hand-in, and the whole notebook, may run.
 
-`make build` runs each lab's solution under grading conditions (graders/build_reference.py,
+`make build` runs each lab's solution under grading conditions (graders/sandbox/build_reference.py,
 ``NBGRADER_EXECUTION`` set, the students' thread count) and keeps, with its records, how long
 each code cell took (`cell_times`, in build/reference/<lab>.json). When a hand-in is graded,
 `plan` gives each of its code cells a budget of ``multiple`` times the solution's own time
 for that cell, never under ``floor_s`` (``first_floor_s`` for the first cell, which pays the
 torch import), and the notebook a budget of ``multiple`` times the whole solution run, never
 under ``notebook_floor_s`` nor under its largest cell budget. The multiple and floors are
-settings of `graders.sandbox.SandboxedExecute` in nbgrader_config.py.
+settings of `graders.sandbox.sandbox.SandboxedExecute` in nbgrader_config.py.
 
 A hand-in's cell is matched to the solution's by its nbgrader grade_id, else its cell id
 (kept from the release), else its exact source; a cell the solution does not have (one the
@@ -15,7 +15,7 @@ student added or split off) gets the lab's largest budget, so no honest cell get
 adding cells never adds time: the notebook budget bounds them all.
 
 `words` says, in terms a student can act on, which cell ran out of time and how long the
-solution takes there (graders/sandbox.py puts it in ``sandbox_limits``, which the judge
+solution takes there (graders/sandbox/sandbox.py puts it in ``sandbox_limits``, which the judge
 turns into the verdict of the test cells it stopped).
 """
 

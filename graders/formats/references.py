@@ -1,18 +1,21 @@
 """Reference files: build/reference/<lab>.json, the records of a lab's solution notebook
 (build/reference/<assignment>/<notebook>.json for every other notebook of an assignment).
 
-`make build` makes them (graders.build_reference runs the solution); the judge compares each
-hand-in's records with them; the class run ships them to its tasks (graders.task writes a
+`make build` makes them (graders.sandbox.build_reference runs the solution); the judge compares each
+hand-in's records with them; the class run ships them to its tasks (graders.grade.task writes a
 task's copy in its scratch course) and orders the hand-ins by `seconds`. A `ReferenceFile`:
 
-* ``observations``: `graders.records.Observations`, by test cell's grade_id;
+* ``observations``: `graders.formats.records.Observations`, by test cell's grade_id;
 * ``key``: what they were made from (solution, recorder, torch, threads), so a stale file is
   made again; absent in a task's copy;
 * ``seconds``: how long the solution took to run, what a hand-in of this lab may cost;
-* ``cells``: how long each of its code cells took (`graders.budgets.CellTime`), from which
-  every hand-in's per-cell and per-notebook time budgets follow (graders/budgets.py);
+* ``cells``: how long each of its code cells took (`graders.formats.budgets.CellTime`), from which
+  every hand-in's per-cell and per-notebook time budgets follow (graders/formats/budgets.py);
 * ``version``: the format, `VERSION`; a file without one is version 1 (no ``cells``): it is
   still read, and its lab is graded with the flat budgets until `make build` makes it again.
+
+Its keys are spelt here only: each reader asks for what it needs (`observations`, `seconds`,
+`timing`, `times`) and a task's copy is made by `task_copy`.
 """
 
 from __future__ import annotations
@@ -94,6 +97,21 @@ def timing(file: Path) -> tuple[list[CellTime], float] | None:
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     return checked, max(total, sum(c["seconds"] for c in checked))
+
+
+def times(file: Path) -> ReferenceFile:
+    """The solution's times in `file` (version, cells, seconds) as a task's copy keeps them, the
+    per-notebook budgets' source; {} where it has none (its lab gets the flat limits)."""
+    timed = timing(file)
+    if timed is None:
+        return {}
+    return ReferenceFile(version=VERSION, cells=timed[0], seconds=timed[1])
+
+
+def task_copy(observed: Observations, timed: ReferenceFile | None) -> ReferenceFile:
+    """A task's copy of a reference file: the solution's records and, where the course has
+    them, its times (`times`); no key (a task never makes one again)."""
+    return ReferenceFile(observations=observed, **(timed or {}))
 
 
 def write(file: Path, saved: ReferenceFile) -> None:

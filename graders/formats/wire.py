@@ -1,23 +1,25 @@
-"""What crosses between the instructor's side (graders.grade, graders.merge) and a grading task
-(graders.task), on whichever machine the engine (graders.engine) runs it: plain data only,
-since a task shares no file system with the instructor.
+"""What crosses between the instructor's side (graders.grade.grade, graders.grade.merge) and a
+grading task (graders.grade.task), on whichever machine the engine (graders.grade.engine) runs
+it: plain data only, since a task shares no file system with the instructor.
 
-* `Course`: what every task of a class run shares (graders.inputs.course_inputs makes it);
-* `Job`: one hand-in (graders.grade makes it; graders.task.run adds `LocalJob`'s paths);
-* `Result`: what a task gives back (graders.task.grade), merged by graders.merge;
-* the task's timings file: the seconds the sandbox and the judge measured inside nbgrader,
-  appended by them (`add_timing`) and summed by the task (`read_timings`), the file named in
-  the settings nbgrader passes them.
+* `Course`: what every task of a class run shares (graders.grade.inputs.course_inputs makes it);
+* `Job`: one hand-in (graders.grade makes it; graders.grade.task.run adds `LocalJob`'s paths);
+* `Result`: what a task gives back (graders.grade.task.grade), merged by graders.grade.merge;
+* `kill_reason`: the sandbox's events file, read back.
+
+The phases' durations and the task's timings file are graders/formats/timings.py's.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
 from graders.formats.records import Observations
+from graders.formats.references import ReferenceFile
+from graders.formats.timings import Clock, Durations
+from graders.formats.verdict import Verdicts
 
 
 class Course(TypedDict):
@@ -31,7 +33,8 @@ class Course(TypedDict):
     # the release's other files and folders: each regular file by its path in the release
     # folder ("data.txt", "data/train.csv"), as bytes; never a link
     files: dict[str, dict[str, bytes]]
-    timings: NotRequired[dict[str, dict[str, dict]]]  # the solution's times (graders/budgets.py)
+    # the solution's times (graders.formats.references.times), for the per-notebook budgets
+    timings: NotRequired[dict[str, dict[str, ReferenceFile]]]
 
 
 class Job(TypedDict):
@@ -44,7 +47,7 @@ class Job(TypedDict):
 
 
 class LocalJob(Job, total=False):
-    """A job with what graders.task.run unpacked of the Course on the worker's disk."""
+    """A job with what graders.grade.task.run unpacked of the Course on the worker's disk."""
 
     gradebook: str
     reference_dir: str
@@ -75,59 +78,13 @@ class Scores(TypedDict):
 class Result(TypedDict, total=False):
     ok: bool
     reason: str | None  # why not ok
-    timings: dict[str, float]  # seconds by phase; started_at (epoch) until the grader reads it
-    verdicts: dict[str, dict]  # by grade_id: graders.verdict.Verdict plus "cell" (its index)
+    timings: Durations  # seconds by phase (graders/formats/timings.py)
+    clock: Clock  # when the task began and its first kernel was up
+    verdicts: Verdicts  # by grade_id (a notebook of several: "<notebook>/<grade_id>")
     scores: Scores
     autograded: dict[str, str]  # the graded notebooks by name, text
     feedback: dict[str, str]  # the feedback pages by notebook name, HTML
     feedback_problem: str  # why there is no feedback page
-
-
-def add_timing(file: Path, phase: str, seconds: float) -> None:
-    """Append `seconds` spent in `phase` to a task's timings file, with when (epoch) it was
-    written: the end of that phase."""
-    row = {"phase": phase, "seconds": seconds, "at": time.time()}
-    with open(file, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(row) + "\n")
-
-
-def _timing_rows(file: Path):
-    """The rows of a task's timings file that parse (none where it is missing)."""
-    try:
-        lines = file.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            yield row
-
-
-def read_timings(file: Path) -> dict[str, float]:
-    """The seconds of each phase in a task's timings file, summed (none where it is missing)."""
-    sums: dict[str, float] = {}
-    for row in _timing_rows(file):
-        try:
-            sums[str(row["phase"])] = sums.get(str(row["phase"]), 0.0) + float(row["seconds"])
-        except (ValueError, KeyError, TypeError):
-            continue
-    return sums
-
-
-def first_end(file: Path, phase: str) -> float | None:
-    """When (epoch) `phase` first ended in a task's timings file (the first kernel up, for
-    "kernel_start"), or None where it never did."""
-    ends = []
-    for row in _timing_rows(file):
-        try:
-            if row["phase"] == phase:
-                ends.append(float(row["at"]))
-        except (ValueError, KeyError, TypeError):
-            continue
-    return min(ends) if ends else None
 
 
 def kill_reason(events: Path) -> str:

@@ -1,4 +1,4 @@
-"""One class run's outcome (`ClassRun`, what graders.grade.grade_class returns) and what is
+"""One class run's outcome (`ClassRun`, what graders.grade.grade.grade_class returns) and what is
 told of it: the scores read back from the gradebook, timings.csv, the summary line and the
 table printed at the end."""
 
@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graders.formats import gradebook
+from graders.formats.timings import PHASES, TOTAL, Durations
+from graders.formats.verdict import Verdicts, first_limit
 from graders.grade.intake import Problem
 
 TIMINGS = "timings.csv"
-PHASES = ["queue", "intake", "kernel_start", "execution", "checks", "feedback", "merge"]
 
 
 @dataclass
@@ -24,8 +25,8 @@ class ClassRun:
     max_scores: dict[str, float] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     notes: list[Problem] = field(default_factory=list)
-    timings: dict[tuple[str, str], dict] = field(default_factory=dict)
-    verdicts: dict[tuple[str, str], dict] = field(default_factory=dict)
+    timings: dict[tuple[str, str], Durations] = field(default_factory=dict)
+    verdicts: dict[tuple[str, str], Verdicts] = field(default_factory=dict)
     graded: int = 0
     skipped: int = 0
     interrupted: str | None = None
@@ -35,13 +36,13 @@ class ClassRun:
     first_kernel_s: float | None = None  # seconds from then until the first kernel was up
 
 
-def limit_hit(verdicts: dict[str, dict]) -> str | None:
+def limit_hit(verdicts: Verdicts) -> str | None:
     """The first limit the graded notebook ran into, and where, or None."""
-    for grade_id, verdict in sorted(verdicts.items(), key=lambda kv: kv[1].get("cell", 0)):
-        if verdict.get("kind") == "limit":
-            sentence = verdict.get("sentence", "").removeprefix("Not graded to the end: ")
-            return f"{sentence.rstrip('.')} (in {grade_id}); graded up to there, see its feedback"
-    return None
+    if (first := first_limit(verdicts)) is None:
+        return None
+    grade_id, verdict = first
+    sentence = verdict.sentence.removeprefix("Not graded to the end: ")
+    return f"{sentence.rstrip('.')} (in {grade_id}); graded up to there, see its feedback"
 
 
 def read_scores(root: Path, labs: list[str]) -> tuple[dict, dict]:
@@ -60,7 +61,7 @@ def write_timings(root: Path, run: ClassRun) -> None:
     """timings.csv: the seconds of each phase of each hand-in graded in this run."""
     with open(root / TIMINGS, "w", newline="", encoding="utf-8") as fh:
         out = csv.writer(fh)
-        out.writerow(["student", "lab", *PHASES, "total"])
+        out.writerow(["student", "lab", *PHASES, TOTAL])
         for (student, lab), timings in sorted(run.timings.items()):
             phases = [round(timings.get(p, 0.0), 3) for p in PHASES]
             out.writerow([student, lab, *phases, round(sum(phases) - phases[0], 3)])

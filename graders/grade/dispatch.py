@@ -1,4 +1,4 @@
-"""Where each hand-in of a class run is graded: on the Dask engine (graders/engine.py), a
+"""Where each hand-in of a class run is graded: on the Dask engine (graders/grade/engine.py), a
 local cluster by default or an existing scheduler; and, while the local cluster starts, in
 this process, the shortest hand-ins first, so that the first kernel starts at once (one
 hand-in alone is graded here with no cluster at all). Each result is handed to the caller's
@@ -12,17 +12,18 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
+from graders.formats.timings import Clock, Phase
 from graders.formats.wire import Course, Job, Result
 from graders.grade import engine
 from graders.grade.class_run import ClassRun
 from graders.grade.intake import HandIn
 
 SPAWN_WAIT_S = 30  # past this, the local cluster's workers are awaited without grading here
-JUPYTER_VARIABLES = ("JUPYTER_PATH", "JUPYTER_RUNTIME_DIR")  # graders.task sets them per task
+JUPYTER_VARIABLES = ("JUPYTER_PATH", "JUPYTER_RUNTIME_DIR")  # graders.grade.task sets them per task
 
 
 def grade_here(course: Course, job: Job) -> Result:
-    """One grading task in this process, as a worker runs it (graders.task.run: its kernel in
+    """One grading task in this process, as a worker runs it (graders.grade.task.run: its kernel in
     the sandbox, everything as data), leaving this process's environment as it was."""
     from graders.grade import task
 
@@ -83,11 +84,11 @@ def run_tasks(
     closed = threading.Event()  # the run is over: a late result is not merged
 
     def arrived(hand_in: HandIn, result: Result, submitted: float) -> None:
-        timings = result.setdefault("timings", {})
-        if "started_at" in timings:
-            timings["queue"] = max(0.0, timings.pop("started_at") - submitted)
-        kernel_up = timings.pop("kernel_up_at", None)
-        timings["intake"] = timings.get("intake", 0.0) + hand_in.intake_s
+        took, clock = result.setdefault("timings", {}), result.get("clock") or Clock()
+        if clock.started_at is not None:
+            took[Phase.QUEUE] = max(0.0, clock.started_at - submitted)
+        kernel_up = clock.kernel_up_at
+        took[Phase.INTAKE] = took.get(Phase.INTAKE, 0.0) + hand_in.intake_s
         with merging:
             if closed.is_set():
                 return

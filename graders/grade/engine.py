@@ -1,11 +1,11 @@
-"""The engine: grading tasks (graders/task.py) run on Dask distributed.
+"""The engine: grading tasks (graders/grade/task.py) run on Dask distributed.
 
 By default `make autograde` starts a local cluster: one worker process per core, one thread
 (and one torch thread) each, nothing to set up. It starts in a thread of its own
-(`LocalCluster`), its workers importing what a task needs as they start (graders/warm.py),
-while the class run goes on (graders/grade.py grades the first hand-ins itself meanwhile). Set
-a scheduler's address instead, with ``--scheduler tcp://host:8786``, the environment variable
-COURSE_DASK_SCHEDULER, or ``c.GradingEngine.scheduler`` in nbgrader_config.py, and the tasks go
+(`LocalCluster`), its workers importing what a task needs as they start (graders/grade/warm.py),
+while the class run goes on (graders/grade/grade.py grades the first hand-ins itself meanwhile). Set
+a scheduler's address instead, with ``--scheduler tcp://host:8786`` or
+``c.GradingEngine.scheduler`` in nbgrader_config.py, and the tasks go
 to an existing cluster: ``dask scheduler`` and ``dask worker`` on any machines, dask-jobqueue
 on SLURM/PBS, dask-kubernetes. A worker needs the course's Python environment and bubblewrap;
 it shares no file system with the instructor's machine: a task gets its inputs as bytes and
@@ -29,7 +29,6 @@ from traitlets.config import Configurable
 
 from graders.formats.wire import Course, Job, Result
 
-ENV = "COURSE_DASK_SCHEDULER"
 # A grading task waits on its kernel; Dask's statistical profiler would sample that wait every
 # 10 ms, about 6% of a core per worker (measured on 2 cores). Cluster workers: the same, with
 # DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False in their environment.
@@ -40,14 +39,17 @@ class GradingEngine(Configurable):
     """Where grading tasks run (nbgrader_config.py: ``c.GradingEngine.scheduler``)."""
 
     scheduler = Unicode(
-        "", help="address of an existing Dask scheduler; empty: a local cluster"
+        "",
+        help=(
+            "Address of an existing Dask scheduler (tcp://host:8786) whose workers grade the "
+            "class; empty: a local cluster of this machine's cores. `python -m graders.grade "
+            "--scheduler` overrides it for one run."
+        ),
     ).tag(config=True)
 
 
 def configured_scheduler(config_file: Path) -> str:
-    """The scheduler named by the environment, else by nbgrader_config.py, else ''."""
-    if os.environ.get(ENV):
-        return os.environ[ENV]
+    """The scheduler named by nbgrader_config.py, else ''."""
     from traitlets.config.loader import PyFileConfigLoader
 
     try:
@@ -73,7 +75,7 @@ def client(scheduler: str = "", workers: int | None = None) -> Iterator:
         local.close().join()
 
 
-# What a local worker imports as it starts (graders/warm.py), while the instructor's side is
+# What a local worker imports as it starts (graders/grade/warm.py), while the instructor's side is
 # still reading the hand-ins: its first task then starts its kernel at once.
 PRELOAD = ["graders.grade.warm"]
 
@@ -81,7 +83,7 @@ PRELOAD = ["graders.grade.warm"]
 class LocalCluster:
     """A local Dask cluster, started in a thread of its own as soon as it is made: one worker
     process per core (one thread each: a worker grades one hand-in at a time), no memory
-    limit (the kernels have their own caps, graders/sandbox.py), Dask's profiler off, and
+    limit (the kernels have their own caps, graders/sandbox/sandbox.py), Dask's profiler off, and
     Dask's own log quiet below CRITICAL (a worker whose scheduler closes first logs a traceback;
     what went wrong with a hand-in reaches the instructor as its result). Whoever
     made it goes on meanwhile; `client()` waits for it, `ready()` says whether it is up,

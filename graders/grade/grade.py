@@ -6,24 +6,24 @@ same path as the labs, each of its notebooks where a lab has its one.
 
 nbgrader does the grading; this module is the path a hand-in takes around it:
 
-1. **intake** (graders/intake.py): every folder under submitted/ is looked at, and from each
+1. **intake** (graders/grade/intake.py): every folder under submitted/ is looked at, and from each
    hand-in only the released notebooks' bytes (regular files, never a link) and nbgrader's
    timestamp.txt are taken; what cannot be graded is reported by path (a known student's
    lab is recorded as 0), and the rest of the class is graded;
-2. **task** (graders/task.py): each hand-in is graded by nbgrader's own autograde and
+2. **task** (graders/grade/task.py): each hand-in is graded by nbgrader's own autograde and
    generate_feedback in a scratch course of its own, under a neutral student id, its kernel
-   in the sandbox (graders/sandbox.py) and its test cells judged outside the kernel
-   (graders/judge.py); a task gets everything as bytes and gives back data;
-3. **dispatch** (graders/dispatch.py, graders/engine.py): the tasks run on Dask, a local
+   in the sandbox (graders/sandbox/sandbox.py) and its test cells judged outside the kernel
+   (graders/judge/judge.py); a task gets everything as bytes and gives back data;
+3. **dispatch** (graders/grade/dispatch.py, graders/grade/engine.py): the tasks run on Dask, a local
    cluster by default or an existing one. The local cluster starts in the background right
    after intake, while the references, the data and the labs-only gradebook are made (the
-   inputs every task shares, graders/inputs.py, which also says what a resumed run skips),
+   inputs every task shares, graders/grade/inputs.py, which also says what a resumed run skips),
    and this process grades the shortest hand-ins itself until the cluster is up (so the
    first kernel starts at once); one hand-in alone (a regrade) is graded here, with no
    cluster;
-4. **merge** (graders/merge.py): each result goes into the one gradebook, under the real
+4. **merge** (graders/grade/merge.py): each result goes into the one gradebook, under the real
    name, as it arrives, one at a time; the graded notebook and feedback page are written
-   from its bytes; a line per hand-in goes to grading-log.jsonl (graders/gradelog.py);
+   from its bytes; a line per hand-in goes to grading-log.jsonl (graders/formats/gradelog.py);
 5. **summary**: nbgrader's exporter writes grades.csv (in this process, while the local
    cluster ends); timings.csv has each hand-in's phases; the table, the phases summed, when
    the first kernel was up, and what needs a human look are printed.
@@ -48,10 +48,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from graders.config.course import LABS, REPO, notebooks, prepare_data, unknown_labs
+from graders.config.course import LABS, REPO, notebooks, unknown_labs
 from graders.formats import gradebook, gradelog
 from graders.formats.export import export_grades
 from graders.formats.gradelog import LogEntry
+from graders.formats.timings import Phase
 from graders.formats.wire import Job, Result
 from graders.grade import dispatch, engine, inputs, intake, merge
 from graders.grade.class_run import (
@@ -71,7 +72,7 @@ from graders.sandbox.sandbox_argv import available
 
 
 def _intake(root: Path, labs: list[str], students: list[str] | None, run: ClassRun) -> list[HandIn]:
-    """The hand-ins to grade (graders/intake.py); what cannot be graded goes to `run.problems`
+    """The hand-ins to grade (graders/grade/intake.py); what cannot be graded goes to `run.problems`
     (a known student's lab recorded as 0; a notebook of several that cannot be read: that
     notebook 0), files beside a notebook to `run.notes`."""
     names = {lab: inputs.released_notebooks(root, lab) for lab in labs}
@@ -141,7 +142,6 @@ def grade_class(
         local = engine.LocalCluster(dispatch.cluster_size(workers, expected))
     ending = None
     try:
-        os.environ.update(prepare_data(labs_graded))
         prepare_references(root, labs_graded, workers)
         with tempfile.TemporaryDirectory(prefix="grading-") as tmp:  # nothing in the course
             labs_only = assignments_only(book, Path(tmp) / "labs.db")
@@ -239,7 +239,7 @@ def _merge_one(root: Path, run: ClassRun, keys: dict, hand_in: HandIn, result: R
             merge.record_failure(root, hand_in.student, hand_in.lab)
         except Exception as again:  # noqa: BLE001
             run.problems.append(Problem(hand_in.where, f"could not be recorded: {again}"))
-    run.timings[item]["merge"] = time.monotonic() - mark
+    run.timings[item][Phase.MERGE] = time.monotonic() - mark
     log_hand_in(root, hand_in, result, run, key)
 
 
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--scheduler",
         default=None,
-        help=f"a Dask scheduler's address (default: ${engine.ENV}, nbgrader_config.py, else local)",
+        help="a Dask scheduler's address (default: c.GradingEngine.scheduler, else local)",
     )
     args = parser.parse_args(argv)
     own = own_assignments_built(args.root.resolve())

@@ -1,8 +1,8 @@
 """A class run's inputs: what every grading task shares (a `wire.Course`), what each
 hand-in's grade depends on (its key), what a resumed run leaves as it is, and the order the
-hand-ins are graded in. graders/grade.py uses them; the reference files are
-graders/references.py's, the grading log graders/gradelog.py's, the gradebook
-graders/gradebook.py's."""
+hand-ins are graded in. graders/grade/grade.py uses them; the reference files are
+graders/formats/references.py's, the grading log graders/formats/gradelog.py's, the gradebook
+graders/formats/gradebook.py's."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def course_inputs(root: Path, labs: list[str], labs_only: Path) -> Course:
         names = released_notebooks(root, lab)
         releases[lab] = {n: (folder / f"{n}.ipynb").read_text(encoding="utf-8") for n in names}
         observed[lab] = {n: references.observations(references.path(where, lab, n)) for n in names}
-        timings[lab] = {n: _timing(references.path(where, lab, n)) for n in names}
+        timings[lab] = {n: references.times(references.path(where, lab, n)) for n in names}
         files[lab] = release_files(root, lab)
     return Course(
         config=(REPO / "nbgrader_config.py").read_text(),
@@ -93,15 +93,6 @@ def course_inputs(root: Path, labs: list[str], labs_only: Path) -> Course:
         files=files,
         timings=timings,
     )
-
-
-def _timing(file: Path) -> dict:
-    """The solution's times in a reference file, as its task's copy keeps them (the per-lab
-    time budgets, graders/budgets.py); {} where it has none (flat limits)."""
-    timed = references.timing(file)
-    if timed is None:
-        return {}
-    return {"version": references.VERSION, "cells": timed[0], "seconds": timed[1]}
 
 
 def longest_first(hand_ins: list[HandIn], root: Path) -> list[HandIn]:

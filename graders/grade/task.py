@@ -8,9 +8,9 @@ released with the assignment, which the sandbox puts read-only beside the notebo
 the student as ``student``, whatever the real folder's name is (spaces, glob characters, a
 leading dash...); the grader's side puts the real name back when it merges.
 
-The kernel runs in the sandbox (graders/sandbox.py) with a working folder of its own, so
+The kernel runs in the sandbox (graders/sandbox/sandbox.py) with a working folder of its own, so
 nothing it writes is in the scratch course: what comes back is what nbgrader made of the
-kernel's messages (scores decided by graders/judge.py, the graded notebook and the feedback
+kernel's messages (scores decided by graders/judge/judge.py, the graded notebook and the feedback
 page), plus per-phase timings and, when something went wrong, why. Every failure is caught
 here and reported as a reason: a task never raises for a hand-in's sake.
 """
@@ -32,8 +32,9 @@ from pathlib import Path
 import nbformat
 
 from graders.config.nbgrader_cli import make_api_factory
-from graders.formats import gradebook, references, wire
-from graders.formats.verdict import VERDICT
+from graders.formats import gradebook, references, timings, wire
+from graders.formats.timings import TOTAL, Clock, Phase
+from graders.formats.verdict import VERDICT, Verdict, Verdicts
 from graders.formats.wire import Course, LocalJob, Result, Scores
 from graders.sandbox import sandbox_host, sandbox_kernel
 from graders.sandbox.sandbox_argv import KERNEL_THREADS
@@ -114,14 +115,16 @@ def _scores(db_path: Path, lab: str) -> Scores:
         return {"timestamp": stamp, "notebooks": notebooks}
 
 
-def verdicts(graded) -> dict[str, dict]:
-    """The judge's verdict of each test cell (graders/verdict.py), by grade_id, with the
-    cell's index."""
+def verdicts(graded) -> Verdicts:
+    """The judge's verdict of each test cell (graders/formats/verdict.py), by grade_id, with
+    the cell's index."""
     found = {}
     for index, cell in enumerate(graded.cells):
         meta = cell.get("metadata", {})
         if VERDICT in meta and "nbgrader" in meta:
-            found[meta["nbgrader"]["grade_id"]] = dict(meta[VERDICT], cell=index)
+            verdict = Verdict.from_metadata(meta[VERDICT], index)
+            if verdict is not None:
+                found[meta["nbgrader"]["grade_id"]] = verdict
     return found
 
 
@@ -224,8 +227,7 @@ def run(course: Course, job: wire.Job) -> Result:
         timed = course.get("timings", {}).get(lab) or {}  # the per-notebook budgets' source
         for name, observed in course["references"][lab].items():
             references.write(
-                references.path(where, lab, name),
-                {"observations": observed, **(timed.get(name) or {})},
+                references.path(where, lab, name), references.task_copy(observed, timed.get(name))
             )
         files = scratch / "files"
         files.mkdir()
@@ -248,7 +250,8 @@ def run(course: Course, job: wire.Job) -> Result:
         result = {"ok": False, "reason": f"the grader failed on this hand-in: {error}"}
     finally:
         _drop_scratch(scratch, claim)
-    result.setdefault("timings", {})["started_at"] = begun
+    result.setdefault("timings", {})
+    result.setdefault("clock", Clock()).started_at = begun
     return result
 
 
@@ -286,7 +289,7 @@ def _scratch_course(scratch: Path, job: LocalJob) -> tuple[dict, Path]:
     lab = job["lab"]
     folder = scratch / "submitted" / NEUTRAL_ID / lab
     folder.mkdir(parents=True)
-    for name, text in job["notebooks"].items():  # those of the release (graders/intake.py)
+    for name, text in job["notebooks"].items():  # those of the release (graders/grade/intake.py)
         release = nbformat.reads(job["releases"][name], as_version=4)
         nb = restore_metadata(nbformat.reads(text, as_version=4), release)
         nbformat.write(nb, folder / f"{name}.ipynb")
@@ -307,7 +310,7 @@ def _scratch_course(scratch: Path, job: LocalJob) -> tuple[dict, Path]:
         threads=KERNEL_THREADS,
         events=str(events),
         timings=str(timings),
-        # limits the caller gave replace the per-lab budgets (graders/budgets.py) wholesale
+        # limits the caller gave replace the per-lab budgets (graders/formats/budgets.py) wholesale
         flat=bool(job.get("budget_s") or job.get("cell_timeout")),
     )
     if job.get("budget_s"):
@@ -320,7 +323,7 @@ def _scratch_course(scratch: Path, job: LocalJob) -> tuple[dict, Path]:
     changes = {
         "SandboxedExecute": {"settings": dict(settings), "reference_dir": job["reference_dir"]},
         "JudgeRecords": {"reference_dir": job["reference_dir"], "timings": str(timings)},
-        # the same page, its templates compiled once per worker (graders/feedback.py)
+        # the same page, its templates compiled once per worker (graders/judge/feedback.py)
         "GenerateFeedback": {"exporter_class": "graders.judge.feedback.CachedHTMLExporter"},
     }
     if job.get("cell_timeout"):
@@ -331,17 +334,16 @@ def _scratch_course(scratch: Path, job: LocalJob) -> tuple[dict, Path]:
 def _autograde(api, scratch: Path, job: LocalJob, events: Path, result: Result) -> bool:
     """nbgrader autograde of the scratch course; fills `result` (scores, verdicts and the
     graded notebook, or why not). True when it graded."""
-    lab, timings = job["lab"], result["timings"]
+    lab, took = job["lab"], result["timings"]
     mark = time.monotonic()
     answer = api.autograde(lab, NEUTRAL_ID, force=True, create=True)
     autograde = time.monotonic() - mark
-    measured = wire.read_timings(scratch / "timings.jsonl")
-    timings["kernel_start"] = measured.get("kernel_start", 0.0)
-    timings["checks"] = measured.get("checks", 0.0)
-    timings["execution"] = autograde - timings["kernel_start"] - timings["checks"]
-    kernel_up = wire.first_end(scratch / "timings.jsonl", "kernel_start")
-    if kernel_up is not None:  # when (epoch) its kernel was up: the class run's first kernel
-        timings["kernel_up_at"] = kernel_up
+    measured = timings.read(scratch / "timings.jsonl")
+    took[Phase.KERNEL_START] = measured.get(Phase.KERNEL_START, 0.0)
+    took[Phase.CHECKS] = measured.get(Phase.CHECKS, 0.0)
+    took[Phase.EXECUTION] = autograde - took[Phase.KERNEL_START] - took[Phase.CHECKS]
+    # when (epoch) its kernel was up: the class run's first kernel
+    result["clock"].kernel_up_at = timings.first_end(scratch / "timings.jsonl", Phase.KERNEL_START)
     log = str(answer.get("log", "")) + "\n" + str(answer.get("error", ""))
     graded_folder = scratch / "autograded" / NEUTRAL_ID / lab
     paths = {name: graded_folder / f"{name}.ipynb" for name in job["notebooks"]}
@@ -366,7 +368,7 @@ def _feedback(api, scratch: Path, lab: str, result: Result) -> None:
     """nbgrader generate_feedback: a page for each graded notebook (capped), or why not."""
     mark = time.monotonic()
     feedback = api.generate_feedback(lab, NEUTRAL_ID, force=True)
-    result["timings"]["feedback"] = time.monotonic() - mark
+    result["timings"][Phase.FEEDBACK] = time.monotonic() - mark
     pages = {
         name: scratch / "feedback" / NEUTRAL_ID / lab / f"{name}.html"
         for name in result["autograded"]
@@ -383,15 +385,16 @@ def _feedback(api, scratch: Path, lab: str, result: Result) -> None:
 
 
 def grade(api_for, job: LocalJob) -> Result:
-    """Grade one hand-in (`job`: see graders.wire.LocalJob). `api_for(root, config_changes)`:
-    an nbgrader API on a course. Never raises: a failure is a result with a reason."""
-    timings, started = {}, time.monotonic()
-    result = Result(ok=False, reason=None, timings=timings)
+    """Grade one hand-in (`job`: see graders.formats.wire.LocalJob). `api_for(root,
+    config_changes)`: an nbgrader API on a course. Never raises: a failure is a result with a
+    reason."""
+    took, started = {}, time.monotonic()
+    result = Result(ok=False, reason=None, timings=took, clock=Clock())
     scratch = Path(tempfile.mkdtemp(prefix="task-", dir=job.get("scratch_root")))
     try:
         changes, events = _scratch_course(scratch, job)
         api = api_for(str(scratch), changes)
-        timings["intake"] = time.monotonic() - started
+        took[Phase.INTAKE] = time.monotonic() - started
         with gradebook.scratch(gradebook.of(scratch)):
             if _autograde(api, scratch, job, events, result) and job.get("feedback", True):
                 _feedback(api, scratch, job["lab"], result)
@@ -400,5 +403,5 @@ def grade(api_for, job: LocalJob) -> Result:
         result["reason"] = f"the grader failed on this hand-in: {type(error).__name__}: {error}"
         return result
     finally:
-        timings["total"] = time.monotonic() - started
+        took[TOTAL] = time.monotonic() - started
         shutil.rmtree(scratch, ignore_errors=True)

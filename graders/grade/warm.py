@@ -1,4 +1,4 @@
-"""Imported by each local Dask worker as it starts (graders.engine.PRELOAD): what every
+"""Imported by each local Dask worker as it starts (graders.grade.engine.PRELOAD): what every
 grading task needs, so that a worker's first task starts its kernel at once instead of
 importing nbgrader, nbconvert and the sandbox first. It only imports."""
 

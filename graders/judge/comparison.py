@@ -1,6 +1,6 @@
 """How a hand-in's records differ from the solution's: `first_difference` says which check and
 what kind of answer was wrong, in words that name parts and kinds, never a reference value.
-The records have been parsed already (graders/records.py); the reference's tolerances and
+The records have been parsed already (graders/formats/records.py); the reference's tolerances and
 hints are used, never the student's."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ trusts:
 
 * the text and code of the notebook (the student's own answers, the released cells);
 * each test cell's visible checks, with its hidden regions removed, and, as its only output,
-  the judge's sentence (graders/verdict.py): passed, or which check failed and why;
+  the judge's sentence (graders/formats/verdict.py): passed, or which check failed and why;
 * no output the kernel wrote, in any cell: a hostile kernel could print the hidden tests'
   code there (an event hook sees every cell's source), or HTML and script.
 
@@ -29,8 +29,9 @@ from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 from nbgrader.preprocessors import ClearHiddenTests
 from nbgrader.utils import is_grade, is_solution
 
-from graders.formats.verdict import VERDICT
+from graders.formats.verdict import VERDICT, Verdict
 
+NOT_JUDGED = "Not graded by this course's grader: see your instructor."
 NOTE = (
     "**Feedback.** Each check below says whether it passed, or what it found wrong. "
     "The outputs of your cells are not repeated here: run your notebook to see them."
@@ -49,12 +50,9 @@ class TemplateFeedback(ClearHiddenTests):
         if is_grade(cell) and not is_solution(cell):
             if self.begin_test_delimeter in cell.source:
                 self._remove_hidden_test_region(cell)
-            verdict = cell.metadata.get(VERDICT)
-            verdict = verdict if isinstance(verdict, dict) else {}
-            sentence = verdict.get("sentence")
-            if not isinstance(sentence, str):
-                sentence = "Not graded by this course's grader: see your instructor."
-            name = "stdout" if verdict.get("kind") == "passed" else "stderr"
+            verdict = Verdict.from_metadata(cell.metadata.get(VERDICT), cell_index)
+            sentence = verdict.sentence if verdict else NOT_JUDGED
+            name = "stdout" if verdict and verdict.passed else "stderr"
             cell.outputs = [nbformat.v4.new_output("stream", name=name, text=sentence + "\n")]
         else:
             cell.outputs = []
@@ -156,7 +154,7 @@ def needs_nbconvert_pass(html: str) -> bool:
 
 
 class CachedHTMLExporter(HTMLExporter):
-    """nbconvert's HTMLExporter (generate_feedback's; graders.task names it as
+    """nbconvert's HTMLExporter (generate_feedback's; graders.grade.task names it as
     ``GenerateFeedback.exporter_class``), faster: its templates compiled once per process,
     each code cell's highlighting remembered, and nbconvert's pass over the rendered page
     (parse, add alt text and tabindex, write out again) made only where it could change the

@@ -7,13 +7,13 @@ hidden tests bring no expected value and no pass/fail decision into the kernel: 
 the student's code on hidden inputs and ``observe(name, value)`` what came back
 (graders/kernel/grader_observe.py), and this module decides:
 
-* graders/build_reference.py runs the instructor's solution notebook, in a kernel no student
+* graders/sandbox/build_reference.py runs the instructor's solution notebook, in a kernel no student
   code touched, and collects the same records (made once per release by `make build`, kept
-  in build/reference/, a format graders/references.py owns);
+  in build/reference/, a format graders/formats/references.py owns);
 * `JudgeRecords`, a step of nbgrader's own autograde (nbgrader_config.py), parses each test
-  cell's records against a strict schema (graders/records.py), compares them with the
-  reference's (graders/comparison.py, with the reference's tolerances), and replaces the
-  cell's outputs by one sentence of its own (graders/verdict.py): passed, or which check
+  cell's records against a strict schema (graders/formats/records.py), compares them with the
+  reference's (graders/judge/comparison.py, with the reference's tolerances), and replaces the
+  cell's outputs by one sentence of its own (graders/formats/verdict.py): passed, or which check
   failed and what kind of answer was wrong (never an expected value). nbgrader's
   SaveAutoGrades then scores the cell from that sentence: an error means 0. So ``make
   autograde``, ``nbgrader autograde`` and the formgrader's button grade alike.
@@ -21,8 +21,8 @@ the student's code on hidden inputs and ``observe(name, value)`` what came back
 Nothing the kernel printed in a test cell is kept (a hostile kernel could print the hidden
 code there), and output to stderr never costs points by itself: only a failed check does. A
 failed visible check's message is quoted from the release, with only those of its values the
-kernel gave that are typed values (graders/shown_values.py); where the student's code raised,
-PyTorch's message is added when it is one of the known ones (graders/torch_errors.py), its
+kernel gave that are typed values (graders/judge/shown_values.py); where the student's code raised,
+PyTorch's message is added when it is one of the known ones (graders/judge/torch_errors.py), its
 values elided in a hidden region (they could describe the hidden inputs).
 """
 
@@ -38,8 +38,9 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.utils import is_grade
 from traitlets import Unicode
 
-from graders.formats import references, wire
+from graders.formats import references, timings
 from graders.formats.records import Malformed, Observations, Record, cell_records, test_cells
+from graders.formats.timings import Phase
 from graders.formats.verdict import VERDICT, Kind, Verdict
 from graders.judge import torch_errors
 from graders.judge.check_source import (
@@ -107,7 +108,7 @@ def _error_name(output) -> str:
 
 def torch_message(output, elide: bool = False) -> str:
     """' (its message: ...)' when the error's message is one of PyTorch's known ones
-    (graders/torch_errors.py; with `elide`, its values hidden), else ''."""
+    (graders/judge/torch_errors.py; with `elide`, its values hidden), else ''."""
     lines = str(output.get("evalue", "")).strip().splitlines()
     text = lines[0] if lines else ""
     said = torch_errors.message(str(output.get("ename", "")), text, Budget(MAX_NUMBERS), elide)
@@ -117,7 +118,7 @@ def torch_message(output, elide: bool = False) -> str:
 def visible_failure(source: str, line: int | None, ename: str, output=None) -> str:
     """Words for a failed visible check at `line`, from the released source only; the values
     of its message the kernel gave (`output`, the error) only where they are typed values
-    (graders/shown_values.py), and PyTorch's own message where it is a known one."""
+    (graders/judge/shown_values.py), and PyTorch's own message where it is a known one."""
     output = output or {}
     if line is None:
         return f"A visible check failed with {ename}{torch_message(output)}."
@@ -257,7 +258,8 @@ class JudgeRecords(NbGraderPreprocessor):
         "", help="folder of <lab>.json reference records (default: <course>/build/reference)"
     ).tag(config=True)
     timings = Unicode(
-        "", help="a file to which the seconds judging took are appended (graders.task reads it)"
+        "",
+        help="a file to which the seconds judging took are appended (graders.grade.task reads it)",
     ).tag(config=True)
 
     def preprocess(self, nb, resources):
@@ -266,7 +268,7 @@ class JudgeRecords(NbGraderPreprocessor):
             return self._judge(nb, resources)
         finally:
             if self.timings:
-                wire.add_timing(Path(self.timings), "checks", time.monotonic() - started)
+                timings.add(Path(self.timings), Phase.CHECKS, time.monotonic() - started)
 
     def _judge(self, nb, resources):
         info = resources.get("nbgrader", {})
@@ -285,8 +287,8 @@ class JudgeRecords(NbGraderPreprocessor):
                 raise missing
             grade_id = cell.metadata.nbgrader["grade_id"]
             kind, sentence = verdict(cell, index, reference.get(grade_id, []), limits)
-            cell.metadata[VERDICT] = Verdict(kind=kind, sentence=sentence)
-            if kind == "passed":
+            cell.metadata[VERDICT] = Verdict(kind=Kind(kind), sentence=sentence).metadata()
+            if kind == Kind.PASSED:
                 cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=sentence)]
             else:
                 cell.outputs = [
@@ -300,19 +302,14 @@ class JudgeRecords(NbGraderPreprocessor):
         """The solution's records of this notebook. Needed only where a hidden test recorded
         (an ordinary nbgrader notebook records nothing and needs none); missing then, the
         notebook cannot be judged, and nbgrader reports it as not graded (never a 0)."""
-        from nbgrader.coursedir import CourseDirectory
+        from graders.sandbox.build_reference import course_reference
 
-        coursedir = CourseDirectory(config=self.config)
-        root = Path(coursedir.root)
-        folder = Path(self.reference_dir) if self.reference_dir else references.folder(root)
-        file = references.path(folder, lab, notebook)
-        source = Path(coursedir.format_path(coursedir.source_directory, ".", lab))
-        source = source / f"{notebook}.ipynb"
-        if source.is_file():  # plain nbgrader in the repository: made again if stale
-            from graders.config.course import LABS
-            from graders.sandbox.build_reference import cached_reference
-
-            return cached_reference(source, file, strict=lab in LABS)
+        # plain nbgrader in the repository: made again if stale
+        folder, file, observed = course_reference(
+            self.config, self.reference_dir, lab, notebook, remake=True
+        )
+        if observed is not None:
+            return observed
         try:  # no source notebook here: the records made with it, as they are
             return references.observations(file)
         except (OSError, ValueError, KeyError) as error:
@@ -323,7 +320,7 @@ class JudgeRecords(NbGraderPreprocessor):
 
 
 def _records_any(cell) -> bool:
-    """Whether a test cell's outputs hold records of a hidden test (graders.records)."""
+    """Whether a test cell's outputs hold records of a hidden test (graders.formats.records)."""
     try:
         return bool(cell_records(cell))
     except Malformed:

@@ -1,8 +1,8 @@
 """The values of a failed visible check's message that the judge shows.
 
-A check's message is quoted from the release (graders/judge.py), each `{...}` placeholder
+A check's message is quoted from the release (graders/judge/judge.py), each `{...}` placeholder
 as '…'. The kernel's own text of the message (the error's `evalue`, untrusted) is cut along
-the released message (graders/template_match.py) to recover each placeholder's text, and a
+the released message (graders/judge/template_match.py) to recover each placeholder's text, and a
 text is shown only if it is a typed value under this module's schema, re-formatted here:
 
 * `int`: at most 5 digits and a sign; `float`: shown with 4 significant digits; `bool`;
@@ -11,9 +11,9 @@ text is shown only if it is a typed value under this module's schema, re-formatt
 * `dtype`: one of torch's (`torch.float32`), from graders/torch_errors.json;
 * `error`: `ErrorType: message` as `attempt` (solutions/common/setup_cell.py) writes it, the
   type a known exception's name and the message one of PyTorch's known messages
-  (graders/torch_errors.py), else the type alone (`RuntimeError: …`);
+  (graders/judge/torch_errors.py), else the type alone (`RuntimeError: …`);
 * `listed`: one of the strings of a literal list the release loops over, where the
-  placeholder is that loop's variable (graders/check_source.py).
+  placeholder is that loop's variable (graders/judge/check_source.py).
 
 At most `MAX_VALUES` values and `MAX_NUMBERS` numbers (an int, a float, a shape's dims, the
 numbers in an error's message) are shown per check; the rest stay '…'. `capacity_bits` is
@@ -95,7 +95,7 @@ def fill(parts: list[str | None], text: str, listed: list | None = None) -> str:
     """The released message (`parts`: literals, and None for each placeholder) with the typed
     values recovered from the kernel's `text` of it; '…' for every other placeholder.
     `listed[i]`, where given, is the set of strings the release lets placeholder i show
-    (graders/check_source.py: a loop's variable over a literal list)."""
+    (graders/judge/check_source.py: a loop's variable over a literal list)."""
     found = split(parts, str(text))
     values = iter(found.values if found else [])
     listed = iter(listed or [])

@@ -1,5 +1,5 @@
 """Output to stderr never costs points in this course (a warning, a progress bar, logging):
-only a failed check does. The judge (graders/judge.py) replaces a test cell's outputs by its
+only a failed check does. The judge (graders/judge/judge.py) replaces a test cell's outputs by its
 verdict, so autograde and feedback never count stderr. ``nbgrader validate`` counts a graded
 cell's stderr as a failure (as plain nbgrader's autograde does), and its list of steps is not
 a setting: `teach_validate`, called by nbgrader_config.py, adds `NeverCosts` after its Execute

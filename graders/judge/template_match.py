@@ -1,5 +1,5 @@
 """Cutting an untrusted text along a trusted template: a check's message as released (its
-`{...}` placeholders) or a PyTorch error template (graders/torch_errors.py, its typed slots).
+`{...}` placeholders) or a PyTorch error template (graders/judge/torch_errors.py, its typed slots).
 
 A template is a list of parts: a literal (str) or a slot (None). `split` finds each literal in
 the text from the left and gives the text between them, each slot's text: the lazy match of a

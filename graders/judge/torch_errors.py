@@ -65,7 +65,7 @@ PYNAMES = sorted({name.split(".")[-1] for name in PYTYPES} | {"method", "type", 
 
 @dataclass
 class Budget:
-    """How many numbers may still be shown (graders/shown_values.py gives each check one)."""
+    """How many numbers may still be shown (graders/judge/shown_values.py gives each check one)."""
 
     numbers: int
 

@@ -1,5 +1,5 @@
 """Imported by hidden tests inside the grading kernel (the sandbox puts this folder, and only
-this folder of the repository, on the kernel's path; see graders/sandbox.py and judge.py).
+this folder of the repository, on the kernel's path; see graders/sandbox/sandbox.py and judge.py).
 
 ``observe(name, value)`` records what the student's code produced, as a display output the
 grader reads outside the kernel and compares with the reference solution's record. Nothing

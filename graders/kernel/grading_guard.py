@@ -26,7 +26,7 @@ included); a kernel holds no capability either way, so most of these would fail 
 permission check: the filter stops them before any of the code behind them runs. `seal`
 does both; it needs no privilege beyond no-new-privileges, which every grading kernel has.
 
-Run as ``python -m grading_guard -m ipykernel_launcher -f FILE`` (graders/sandbox_argv.py
+Run as ``python -m grading_guard -m ipykernel_launcher -f FILE`` (graders/sandbox/sandbox_argv.py
 starts kernels alone this way), or called by a kernel forked from the warm process
 (grading_zygote.py). Standard library only.
 """

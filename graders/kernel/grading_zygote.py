@@ -1,12 +1,12 @@
-"""The warm process grading kernels are forked from (graders/zygote.py starts it).
+"""The warm process grading kernels are forked from (graders/sandbox/zygote.py starts it).
 
 A kernel started alone spends seconds before a hand-in's first line runs: the interpreter,
 ipykernel, ``import torch``, and torch._dynamo on the first optimizer step
 (benchmarks/kernel_start.py). This process pays that once, inside a bubblewrap sandbox of
-the same allow-list as a kernel's (graders/sandbox_argv.py, `zygote_argv`), and then forks a
+the same allow-list as a kernel's (graders/sandbox/sandbox_argv.py, `zygote_argv`), and then forks a
 kernel for each request. It never runs a hand-in's code itself; it holds nothing secret.
 
-Each request comes from a grader's stub (graders/zygote_stub.py) with the kernel's mounts as
+Each request comes from a grader's stub (graders/kernel/zygote_stub.py) with the kernel's mounts as
 file descriptors. The child it forks ("C", root, trusted) takes the kernel's connection
 with it and does, before any cell can run, what bubblewrap does for a kernel started alone:
 
@@ -32,7 +32,7 @@ classmate depends on (every hash-ordered set is rebuilt per kernel; nothing a ke
 reach holds another's memory), and the warm process takes no input from any kernel.
 
 This process and the children that set up each kernel ("C", and "I" until it drops to the
-kernel's user) run as the root of a user namespace of their own (graders/zygote.py), an
+kernel's user) run as the root of a user namespace of their own (graders/sandbox/zygote.py), an
 unprivileged host user: their capabilities are over their own namespaces only.
 
 The kernel's namespace holds a small init ("I", pid 1, the kernel's user) that reaps and

@@ -1,5 +1,5 @@
 """The grader's stand-in for one forked kernel: the process nbgrader's kernel manager starts,
-watches and kills, as it would a kernel (graders/zygote.py says why and how).
+watches and kills, as it would a kernel (graders/sandbox/zygote.py says why and how).
 
 Run as ``python -I -S zygote_stub.py SOCKET PRIVATE REQUEST`` (standard library only): it
 turns the kernel's folders into detached mounts (the private runtime folder, and each of the
@@ -10,7 +10,7 @@ capability and no new privileges, and waits: the host's root is needed only to m
 mounts and open those groups, before the hand-off. It ends with the kernel's exit status when
 the kernel ends; when it is killed, the kernel is killed (the warm process sees the
 connection close). PRIVATE is also an argument of its own
-so that graders/sandbox_host.py finds it by its command line, as it finds bubblewrap's.
+so that graders/sandbox/sandbox_host.py finds it by its command line, as it finds bubblewrap's.
 """
 
 import json

@@ -5,7 +5,7 @@ Everything comes from two files grading already writes; no other database is kep
 
 * nbgrader's gradebook (``gradebook.db``): who handed in which lab, the grade of every test
   cell, late submissions (a submission's ``total_seconds_late``) and flagged notebooks;
-* ``grading-log.jsonl`` (graders/gradelog.py): one line per hand-in graded, with each test
+* ``grading-log.jsonl`` (graders/formats/gradelog.py): one line per hand-in graded, with each test
   cell's verdict, the time each phase took and why it needs a human look. A regrade appends
   a line; the latest line of a (student, lab) is the one that counts.
 
@@ -13,7 +13,7 @@ The page works opened from disk, offline: pictures are matplotlib PNGs (Agg) emb
 base64, and each has alt text, an HTML table of its numbers and a CSV file beside the page.
 Everything printed is HTML-escaped; links to feedback pages are URL-quoted.
 
-Four steps, four modules: reading (graders/report_data.py), numbers (report_numbers.py),
+Four steps, four modules: reading (graders/report/report_data.py), numbers (report_numbers.py),
 pictures (report_charts.py) and the page, a function per section (report_page.py); this
 module puts them in order. None of them imports the grading stack.
 

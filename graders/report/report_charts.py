@@ -1,5 +1,5 @@
 """The class report's pictures: matplotlib (Agg) figures as base64 PNGs, from the rows
-graders/report_numbers.py computes."""
+graders/report/report_numbers.py computes."""
 
 from __future__ import annotations
 

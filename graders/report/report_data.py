@@ -1,6 +1,6 @@
 """The class report's reading: nbgrader's gradebook (labs, cells, submissions, grades, late
-and flagged) and the grading log (graders/gradelog.py), matched into one `ClassData`.
-Nothing here computes or draws; graders/report_numbers.py computes from it."""
+and flagged) and the grading log (graders/formats/gradelog.py), matched into one `ClassData`.
+Nothing here computes or draws; graders/report/report_numbers.py computes from it."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from graders.formats.gradelog import GRADING_LOG
+from graders.formats.verdict import Kind
 from graders.report.report_charts import histogram_png, pass_rate_png
 from graders.report.report_data import ClassData, Lab
 from graders.report.report_html import (
@@ -28,12 +29,12 @@ from graders.report.report_numbers import (
     passed,
 )
 
-KINDS = {  # a verdict's kind (graders/verdict.py), in words
-    "visible": "a visible check failed",
-    "hidden": "a hidden check failed",
-    "records": "records could not be read",
-    "limit": "stopped at a limit",
-    "not_answered": "not answered",
+KINDS = {  # a verdict's kind (graders/formats/verdict.py), in words
+    Kind.VISIBLE: "a visible check failed",
+    Kind.HIDDEN: "a hidden check failed",
+    Kind.RECORDS: "records could not be read",
+    Kind.LIMIT: "stopped at a limit",
+    Kind.NOT_ANSWERED: "not answered",
 }
 
 

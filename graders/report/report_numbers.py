@@ -1,13 +1,14 @@
-"""The class report's numbers, computed from a `ClassData` (graders/report_data.py): pass
+"""The class report's numbers, computed from a `ClassData` (graders/report/report_data.py): pass
 rates, score histograms, failure sentences, runs and grading times, who needs a human look,
-and the LMS's wide table. Plain rows of data: graders/report_page.py shows them."""
+and the LMS's wide table. Plain rows of data: graders/report/report_page.py shows them."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from datetime import datetime, timedelta
 
-from graders.formats.verdict import PASSED
+from graders.formats.timings import TOTAL, Phase
+from graders.formats.verdict import Kind
 from graders.report.report_data import ClassData, Lab
 
 EXAMPLES = 2  # example students shown for each failure sentence
@@ -73,10 +74,10 @@ def failures(course: ClassData, lab: Lab) -> dict[str, list[dict]]:
         if not entry:
             continue
         for grade_id, verdict in (entry.get("verdicts") or {}).items():
-            if not isinstance(verdict, dict) or verdict.get("kind") == PASSED:
+            if verdict.passed:
                 continue
-            sentence = str(verdict.get("sentence", "")).strip() or "(no sentence)"
-            found[grade_id][(str(verdict.get("kind", "")), sentence)].append(student)
+            sentence = verdict.sentence.strip() or "(no sentence)"
+            found[grade_id][(verdict.kind.value, sentence)].append(student)
     result = {}
     for key, _ in lab.cells:
         groups = found.get(key, {})
@@ -93,9 +94,12 @@ def failures(course: ClassData, lab: Lab) -> dict[str, list[dict]]:
 def grading_time(entry: dict) -> float | None:
     """Seconds one hand-in took: its task (intake, autograde, feedback) and its merge."""
     timings = entry.get("timings") or {}
-    if not isinstance(timings.get("total"), int | float):
+    if not isinstance(timings.get(TOTAL), int | float):
         return None
-    return float(timings["total"]) + float(timings.get("merge") or 0.0)
+    return float(timings[TOTAL]) + float(timings.get(Phase.MERGE) or 0.0)
+
+
+AUTOGRADE = "autograde"  # a column of the timing table that no phase of the log fills
 
 
 def _graded_at(entry: dict) -> datetime | None:
@@ -120,7 +124,7 @@ def runs(lines: list[dict]) -> list[dict]:
             continue
         timings = entry.get("timings") or {}
         took = grading_time(entry)
-        queue = timings.get("queue")
+        queue = timings.get(Phase.QUEUE)
         if not isinstance(queue, int | float):
             kind, began = "intake", at
         elif took is None:
@@ -186,12 +190,12 @@ def _why(reasons: list[str], entry: dict, flagged: bool) -> str:
         return "flagged" if flagged else ""
     if "died" in text or "killed" in text:
         return "killed"
-    if entry and not entry.get("ok") and "queue" not in timings:
+    if entry and not entry.get("ok") and Phase.QUEUE not in timings:
         return "malformed hand-in"  # intake refused it: it never reached a kernel
     if "budget" in text:
         return "budget"
-    kinds = [v.get("kind") for v in (entry.get("verdicts") or {}).values() if isinstance(v, dict)]
-    if "graded up to there" in text or "limit" in kinds:
+    kinds = [v.kind for v in (entry.get("verdicts") or {}).values()]
+    if "graded up to there" in text or Kind.LIMIT in kinds:
         return "limit"
     if "feedback" in text and entry.get("ok"):
         return "feedback"
@@ -229,7 +233,15 @@ def lab_times(course: ClassData) -> tuple[dict[str, list[float]], list[list]]:
                 [student, lab.name, entry.get("graded_at", "")]
                 + [
                     number(t.get(k))
-                    for k in ("queue", "intake", "autograde", "feedback", "total", "merge")
+                    # "autograde" is no phase the log keeps (its column stays empty)
+                    for k in (
+                        Phase.QUEUE,
+                        Phase.INTAKE,
+                        "autograde",
+                        Phase.FEEDBACK,
+                        TOTAL,
+                        Phase.MERGE,
+                    )
                 ]
                 + [number(took)]
             )

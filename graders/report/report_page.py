@@ -1,8 +1,8 @@
 """The class report's page: report/index.html, one function per section (each lab's in
-graders/report_labs.py), each writing the
+graders/report/report_labs.py), each writing the
 CSV behind its pictures and tables (`Files`). Everything printed is HTML-escaped; links to
-feedback pages are URL-quoted. The numbers come from graders/report_numbers.py, the pictures
-from graders/report_charts.py."""
+feedback pages are URL-quoted. The numbers come from graders/report/report_numbers.py, the pictures
+from graders/report/report_charts.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Reference-making, a step of the build: run each lab's solution notebook (trusted code only)
-and keep its records in build/reference/<lab>.json (graders/references.py), which the judge
-compares every hand-in with. `make build` calls `prepare_references` (graders/build.py), the
+and keep its records in build/reference/<lab>.json (graders/formats/references.py), which the judge
+compares every hand-in with. `make build` calls `prepare_references` (graders/build/build.py), the
 class run too (to remake what is stale), and a plain ``nbgrader autograde`` in the repository
 through the judge (`cached_reference`)."""
 
@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import nbformat
 
@@ -24,7 +25,11 @@ from graders.sandbox.sandbox_argv import KERNEL_SIDE, KERNEL_THREADS
 
 
 def reference_run(
-    solution: Path, timeout: int = 600, threads: int | None = None, strict: bool = True
+    solution: Path,
+    timeout: int = 600,
+    threads: int | None = None,
+    strict: bool = True,
+    data_env: dict[str, str] | None = None,
 ) -> tuple[Observations, list[CellTime]]:
     """Run the instructor's solution notebook (trusted code only) under grading conditions
     (``NBGRADER_EXECUTION`` set, so labs that train shorter while graded do here too; the
@@ -34,7 +39,8 @@ def reference_run(
     (`strict`, a lab of the course); in an instructor's own notebook it is said and the run
     kept (`strict` False): plain nbgrader releases and grades such a notebook (nbgrader's own
     tests use sources whose solution is still a stub), and an ordinary notebook's checks
-    need no records, only the cell times for its budgets."""
+    need no records, only the cell times for its budgets. `data_env`: where the course data is
+    (graders.config.course.prepare_data), added to the kernel's own environment."""
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
     from nbclient import NotebookClient
@@ -51,7 +57,8 @@ def reference_run(
         )  # fmt: skip
         running: list[int] = []  # the index of the cell that runs, for a sentence
         client.on_cell_start = lambda cell, cell_index: running.append(cell_index)
-        env = dict(os.environ, NBGRADER_EXECUTION="autograde", PYTHONPATH=str(KERNEL_SIDE))
+        env = dict(os.environ, **(data_env or {}))
+        env.update(NBGRADER_EXECUTION="autograde", PYTHONPATH=str(KERNEL_SIDE))
         if threads:
             env["OMP_NUM_THREADS"] = str(threads)
         try:
@@ -103,10 +110,12 @@ def reference_observations(
     return reference_run(solution, timeout, threads)[0]
 
 
-def cached_reference(solution: Path, cache: Path, strict: bool = True) -> Observations:
+def cached_reference(
+    solution: Path, cache: Path, strict: bool = True, data_env: dict[str, str] | None = None
+) -> Observations:
     """`reference_observations` of `solution`, kept in `cache` and reused while the notebook,
     the kernel-side code that records (graders/kernel/), torch and the kernels' thread count
-    are the same (once per release, not per grading)."""
+    are the same (once per release, not per grading). `data_env`: see `reference_run`."""
     from importlib.metadata import version
 
     made_of = (
@@ -124,7 +133,9 @@ def cached_reference(solution: Path, cache: Path, strict: bool = True) -> Observ
     except (OSError, ValueError, KeyError, TypeError):
         pass  # missing, stale or damaged: make it again
     started = time.monotonic()
-    observed, cells = reference_run(solution, threads=KERNEL_THREADS, strict=strict)
+    observed, cells = reference_run(
+        solution, threads=KERNEL_THREADS, strict=strict, data_env=data_env
+    )
     seconds = round(time.monotonic() - started, 2)  # what a hand-in of this lab may cost
     references.write(
         cache,
@@ -135,6 +146,33 @@ def cached_reference(solution: Path, cache: Path, strict: bool = True) -> Observ
     return observed
 
 
+class Located(NamedTuple):
+    folder: Path  # where the reference files are
+    file: Path  # the notebook's
+    observed: Observations | None  # its records, where it was checked fresh (else None)
+
+
+def course_reference(config, reference_dir: str, lab: str, notebook: str, remake: bool) -> Located:
+    """Where an nbgrader step configured by `config` finds the reference file of `lab`'s
+    `notebook`: in `reference_dir` where the grader gave one (a task's copy), else in the
+    course's build/reference/. Where `remake` and the course's source notebook is here (a
+    plain nbgrader run in the repository), the file is first made again if stale
+    (`cached_reference`) and its records come back too; what making it raised is raised.
+    The sandbox (for the cell times) and the judge (for the records) both find it here."""
+    from nbgrader.coursedir import CourseDirectory
+
+    from graders.config.course import LABS
+
+    coursedir = CourseDirectory(config=config)
+    folder = Path(reference_dir) if reference_dir else references.folder(Path(coursedir.root))
+    file = references.path(folder, lab, notebook)
+    source = Path(coursedir.format_path(coursedir.source_directory, ".", lab))
+    source = source / f"{notebook}.ipynb"
+    if remake and source.is_file():
+        return Located(folder, file, cached_reference(source, file, strict=lab in LABS))
+    return Located(folder, file, None)
+
+
 def prepare_references(root: Path, labs: list[str], workers: int | None = None) -> None:
     """Run every notebook of each assignment's source folder once (a lab's one, an
     instructor's assignment's every notebook) and keep its records and cell times in
@@ -143,7 +181,7 @@ def prepare_references(root: Path, labs: list[str], workers: int | None = None) 
 
     from graders.config.course import LABS, notebooks, prepare_data
 
-    os.environ.update(prepare_data(labs))
+    data_env = prepare_data(labs)  # for the solutions' kernels only
     where = references.folder(root)
     jobs = []
     for lab in labs:
@@ -152,7 +190,7 @@ def prepare_references(root: Path, labs: list[str], workers: int | None = None) 
         if not names:
             raise SystemExit(f"{source / f'{lab}.ipynb'} is missing: run `make build` first.")
         jobs += [
-            (source / f"{name}.ipynb", references.path(where, lab, name), lab in LABS)
+            (source / f"{name}.ipynb", references.path(where, lab, name), lab in LABS, data_env)
             for name in names
         ]
 

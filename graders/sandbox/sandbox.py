@@ -13,7 +13,7 @@ nbgrader's Execute step is `SandboxedExecute` (nbgrader_config.py), whose
   its view: no /etc, /home, /root, other courses, the repository, the gradebook, the
   instructor's files or other hand-ins.
 * **Who it is**: when the grader runs as root, the kernel runs as a host user id of its own
-  that owns nothing (a fresh number of graders/sandbox_argv.py's KERNEL_UIDS, held by no
+  that owns nothing (a fresh number of graders/sandbox/sandbox_argv.py's KERNEL_UIDS, held by no
   account or subordinate range of the machine); otherwise
   bubblewrap's user namespace maps it to the grader's own, unprivileged, user. No
   capabilities, no new privileges.
@@ -27,10 +27,10 @@ nbgrader's Execute step is `SandboxedExecute` (nbgrader_config.py), whose
   where the machine lets the grader make one, else per-process address space and
   RLIMIT_NPROC), a per-process address-space cap (a large allocation raises MemoryError in
   its own cell), a cap on any one file, a small private /dev/shm, and wall-clock budgets
-  for each cell and for the whole notebook, per lab (graders/budgets.py): a multiple of the
+  for each cell and for the whole notebook, per lab (graders/formats/budgets.py): a multiple of the
   solution's own time, from the reference `make build` timed.
 * **How it starts**: for a root grader, forked from a warm process of this grading process
-  (graders/zygote.py) that has already imported ipykernel and torch inside a sandbox of this
+  (graders/sandbox/zygote.py) that has already imported ipykernel and torch inside a sandbox of this
   same allow-list, and that gives the kernel everything above (its own namespaces, tmpfs
   folders, cgroups, rlimits, user; no capabilities) before the kernel's first cell: a
   kernel then starts in a fraction of a second instead of seconds. Elsewhere (a grader
@@ -38,11 +38,12 @@ nbgrader's Execute step is `SandboxedExecute` (nbgrader_config.py), whose
   is started alone by bubblewrap.
 
 This module is nbgrader's Execute step, `SandboxedExecute`, with the time budgets. Each
-kernel is started, watched and thrown away by `SandboxKernelManager` (graders/
-sandbox_kernel.py); the command line is graders/sandbox_argv.py's; the host's housekeeping
-(cgroups, mounts, dead kernels) graders/sandbox_host.py's. The grader passes its settings (a
-`sandbox_kernel.Settings`) through nbgrader's configuration, ``c.SandboxedExecute.settings``;
-what it measures comes back in the files the settings name (graders/wire.py reads them).
+kernel is started, watched and thrown away by `SandboxKernelManager`
+(graders/sandbox/sandbox_kernel.py); the command line is graders/sandbox/sandbox_argv.py's; the
+host's housekeeping (cgroups, mounts, dead kernels) graders/sandbox/sandbox_host.py's. The
+grader passes its settings (a `sandbox_kernel.Settings`) through nbgrader's configuration,
+``c.SandboxedExecute.settings``; what it measures comes back in the files the settings name
+(graders/formats/timings.py and graders/formats/wire.py read them).
 
 The kernel talks to nbgrader over Unix sockets in its private runtime folder (ipc
 transport), which work across the network namespace. Where bubblewrap cannot run, `available`
@@ -73,7 +74,7 @@ class SandboxedExecute(Execute):
     """nbgrader's Execute, with each kernel in the sandbox wherever bubblewrap runs (also
     under a plain ``nbgrader autograde``), and time budgets for each cell and the notebook.
 
-    **Budgets.** Per lab (graders/budgets.py): each code cell may run ``budget_multiple``
+    **Budgets.** Per lab (graders/formats/budgets.py): each code cell may run ``budget_multiple``
     times the solution's own time for it, at least ``budget_floor_s``
     (``budget_first_cell_floor_s`` for the first cell), and the notebook ``budget_multiple``
     times the whole solution run, at least ``budget_notebook_floor_s``; the solution's times
@@ -91,10 +92,10 @@ class SandboxedExecute(Execute):
     are not run either; so too after a cell that ignores the interrupt. Under the flat limits
     a cell past nbgrader's timeout is interrupted and the notebook goes on, as nbgrader does.
     Limits are also noted, by cell, in ``resources["sandbox_limits"]``, measured here and so
-    out of the kernel's reach (graders/judge.py words the verdict from them).
+    out of the kernel's reach (graders/judge/judge.py words the verdict from them).
     """
 
-    settings = Dict(help="a Settings, from the grader (graders.task)").tag(config=True)
+    settings = Dict(help="a Settings, from the grader (graders.grade.task)").tag(config=True)
     reference_dir = Unicode(
         "", help="folder of <lab>.json reference files (default: <course>/build/reference)"
     ).tag(config=True)
@@ -146,26 +147,18 @@ class SandboxedExecute(Execute):
         return km
 
     def _timing(self, lab: str | None, notebook: str | None = None):
-        """The notebook's timed reference (graders.references.timing), or why there is none."""
+        """The notebook's timed reference (graders.formats.references.timing), or why there is
+        none."""
         if not lab:
             return None, "the notebook's lab is not known"
-        from nbgrader.coursedir import CourseDirectory
+        from graders.sandbox.build_reference import course_reference
 
-        notebook = notebook or lab
-        coursedir = CourseDirectory(config=self.config)
-        root = Path(coursedir.root)
-        folder = Path(self.reference_dir) if self.reference_dir else references.folder(root)
-        file = references.path(folder, lab, notebook)
-        source = Path(coursedir.format_path(coursedir.source_directory, ".", lab))
-        source = source / f"{notebook}.ipynb"
-        if not self.reference_dir and source.is_file():  # plain nbgrader in the repository
-            from graders.config.course import LABS
-            from graders.sandbox.build_reference import cached_reference
-
-            try:
-                cached_reference(source, file, strict=lab in LABS)
-            except Exception as error:  # noqa: BLE001 - the judge says it again, in full
-                return None, f"its reference could not be made ({error})"
+        try:  # plain nbgrader in the repository: made again first if stale
+            file = course_reference(
+                self.config, self.reference_dir, lab, notebook or lab, not self.reference_dir
+            ).file
+        except Exception as error:  # noqa: BLE001 - the judge says it again, in full
+            return None, f"its reference could not be made ({error})"
         timed = references.timing(file)
         if timed is None:
             return None, f"{file} is missing or holds no per-cell times: run `make build`"

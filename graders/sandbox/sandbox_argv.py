@@ -1,6 +1,6 @@
 """The sandbox's command line: what a grading kernel sees, who it is, its environment and
-its limits, as bubblewrap (and prlimit) arguments. graders/sandbox.py says why each is so;
-graders/sandbox_host.py keeps the host's side (cgroups, mounts, dead kernels).
+its limits, as bubblewrap (and prlimit) arguments. graders/sandbox/sandbox.py says why each is so;
+graders/sandbox/sandbox_host.py keeps the host's side (cgroups, mounts, dead kernels).
 
 `kernel_argv` wraps a kernel's command; `available` says whether bubblewrap runs here at all.
 Nothing here starts a kernel or changes the host: it only builds lists of strings (and reads
@@ -312,7 +312,7 @@ def kernel_argv(
     return [*argv, "/bin/sh", "-c", script, "sh", *guarded(command)]
 
 
-# What the warm process keeps to set up each kernel forked from it (graders/zygote.py), and
+# What the warm process keeps to set up each kernel forked from it (graders/sandbox/zygote.py), and
 # drops in each kernel before any of its cells runs: capabilities of its own user namespace
 # only, whose root is an unprivileged host user (ZYGOTE_UIDS), never the host's root
 ZYGOTE_CAPS = ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_NET_ADMIN",
@@ -431,7 +431,7 @@ def zygote_argv(
     """`command` (the warm process kernels are forked from) in a sandbox with a kernel's
     allow-list (a root grader only): the same system, Python and read-only folders, the
     same environment and font list (`fonts`: its name, and a descriptor to read it from),
-    no network. It runs in the user namespace `userns` (a descriptor; graders/zygote.py
+    no network. It runs in the user namespace `userns` (a descriptor; graders/sandbox/zygote.py
     makes it with `user_map`) as that namespace's root, and keeps the capabilities there
     that set up each kernel's own namespaces, mounts and user (graders/kernel/
     grading_zygote.py), and no cgroup or rlimit of its own: each kernel gets its own.

@@ -5,7 +5,7 @@
 * the kernel's private runtime folder: where it is made (`runtime_root`, short enough for
   Unix sockets) and, for a root grader, the small tmpfs mounted on it;
 * `release_abandoned`: the processes, mount and cgroups of a kernel whose grader was killed
-  outright (graders.task finds such kernels by their scratch folder's unheld claim);
+  outright (graders.grade.task finds such kernels by their scratch folder's unheld claim);
 * `protections_missing`: what this machine cannot give, said once per class run.
 """
 
@@ -227,7 +227,7 @@ def release_abandoned(private: Path) -> None:
     worker) and so could not throw it away. bubblewrap's --die-with-parent usually ends the
     kernel with its grader, but not always (in tests, a grader killed just after starting
     its kernel left the inner sandbox running): so any process of it still running is
-    killed, then its private tmpfs is unmounted and its cgroups removed. graders.task finds
+    killed, then its private tmpfs is unmounted and its cgroups removed. graders.grade.task finds
     such kernels; their folders it removes itself."""
     groups = memory_groups().named(f"grading-{private.name}")
     for pid in _sandboxes_of(private, groups):

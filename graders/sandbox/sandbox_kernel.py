@@ -1,9 +1,10 @@
-"""nbgrader's kernel manager for the grading sandbox (graders/sandbox.py says what the sandbox
-allows): `SandboxKernelManager` starts each notebook's kernel in a sandbox of its own (forked
-from the warm process, graders/zygote.py, or alone in bubblewrap, graders/sandbox_argv.py),
-watches it against the notebook's budget, and throws its host side away (graders/
-sandbox_host.py) when it is gone. `Settings` is what the grader tells the sandbox about one
-notebook; `write_kernelspec` the kernelspec the grader's scratch course uses."""
+"""nbgrader's kernel manager for the grading sandbox (graders/sandbox/sandbox.py says what the
+sandbox allows): `SandboxKernelManager` starts each notebook's kernel in a sandbox of its own
+(forked from the warm process, graders/sandbox/zygote.py, or alone in bubblewrap,
+graders/sandbox/sandbox_argv.py), watches it against the notebook's budget, and throws its host
+side away (graders/sandbox/sandbox_host.py) when it is gone. `Settings` is what the grader tells
+the sandbox about one notebook; `write_kernelspec` the kernelspec the grader's scratch course
+uses."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from typing import TypedDict
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Dict
 
-from graders.formats import wire
+from graders.formats import timings
+from graders.formats.timings import Phase
 from graders.sandbox import sandbox_host, zygote
 from graders.sandbox.sandbox_argv import (
     KERNEL_THREADS,
@@ -37,7 +39,7 @@ SOCKETS_WAIT_S = 120  # the longest a kernel may take to make its sockets (nbcli
 
 
 class Settings(TypedDict, total=False):
-    """What the grader (graders.task) tells the sandbox about one notebook; all optional."""
+    """What the grader (graders.grade.task) tells the sandbox about one notebook; all optional."""
 
     runtime: str  # folder for the kernels' private runtime folders
     readonly: list[str]  # host folders the kernel may read (the course data)
@@ -59,7 +61,9 @@ class SandboxKernelManager(AsyncKernelManager):
     and the kill is written to the events file so the grader can say why.
     """
 
-    sandbox = Dict(help="a Settings (graders.task), given by SandboxedExecute").tag(config=True)
+    sandbox = Dict(help="a Settings (graders.grade.task), given by SandboxedExecute").tag(
+        config=True
+    )
 
     _watchdog: threading.Timer | None = None
     _private: Path | None = None
@@ -95,7 +99,7 @@ class SandboxKernelManager(AsyncKernelManager):
         warm = None
         if uid is not None and zygote.usable(private, command):
             warm = zygote.for_folders(readonly)
-        if warm is not None:  # forked from the warm process (graders/zygote.py)
+        if warm is not None:  # forked from the warm process (graders/sandbox/zygote.py)
             connection = command[command.index("-f") + 1]
             argv = warm.command(private, connection, uid, threads, env, files, self._groups)
         else:
@@ -126,7 +130,7 @@ class SandboxKernelManager(AsyncKernelManager):
         if getattr(self, "_mounted", False):
             await self._seal_sockets()
         if self.sandbox.get("timings"):
-            wire.add_timing(Path(self.sandbox["timings"]), "kernel_start", started_in)
+            timings.add(Path(self.sandbox["timings"]), Phase.KERNEL_START, started_in)
         budget = self.sandbox.get("budget_s")
         if budget:  # SandboxedExecute interrupts at the budget; this is for a kernel that hangs
             budget += KILL_GRACE_S

@@ -5,15 +5,16 @@ interpreter, ipykernel, ``import torch``, torch._dynamo on the first optimizer s
 3.6-4.4 s on a 2-core machine, `python benchmarks/kernel_start.py`), roughly 40% of a class
 run's CPU. A root grader pays it once per grading process instead: `Zygote` starts a warm
 process (graders/kernel/grading_zygote.py) inside a sandbox of the kernels' own allow-list
-(graders/sandbox_argv.py, `zygote_argv`), and `SandboxKernelManager` (graders/sandbox.py)
-starts each kernel as a stub (graders/kernel/zygote_stub.py) that asks it for a fork. The forked
-kernel gets, before its first cell, what bubblewrap gives a kernel started alone: its own
-namespaces, tmpfs folders, cgroups, rlimits, user and no capabilities (the warm process's
-docstring lists them); graders/sandbox.py's docstring says what a kernel sees.
+(graders/sandbox/sandbox_argv.py, `zygote_argv`), and `SandboxKernelManager`
+(graders/sandbox/sandbox.py) starts each kernel as a stub (graders/kernel/zygote_stub.py) that
+asks it for a fork. The forked kernel gets, before its first cell, what bubblewrap gives a
+kernel started alone: its own namespaces, tmpfs folders, cgroups, rlimits, user and no
+capabilities (the warm process's docstring lists them); graders/sandbox/sandbox.py's docstring
+says what a kernel sees.
 
 The warm process holds no privilege of the host's: it runs in a user namespace of its own
 (`_user_namespace`), as that namespace's root, which is an unprivileged host user drawn for
-it (graders/sandbox_argv.py, ZYGOTE_UIDS), never host root; the kernels' own host users are
+it (graders/sandbox/sandbox_argv.py, ZYGOTE_UIDS), never host root; the kernels' own host users are
 the only others mapped there. Its capabilities (ZYGOTE_CAPS) are over its namespaces only:
 files the host's root owns are not its own, and no process of that namespace, the warm
 process included, may make another user namespace (its limit is 0 there). The stub of each
@@ -168,8 +169,8 @@ class Zygote:
 
 
 def _font_list() -> tuple[str, int] | None:
-    """matplotlib's font list (graders/sandbox_argv.py, `matplotlib_font_list`): its name and
-    a descriptor to read it from, for the warm process's own working folder (it reads it as
+    """matplotlib's font list (graders/sandbox/sandbox_argv.py, `matplotlib_font_list`): its name
+    and a descriptor to read it from, for the warm process's own working folder (it reads it as
     it imports matplotlib, and gives each kernel a copy of it)."""
     given = matplotlib_font_list()
     if given is None:

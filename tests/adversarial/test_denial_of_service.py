@@ -32,8 +32,8 @@ def test_one_hand_in_cannot_stop_the_class(graded):
     root, scores, report, _before = graded
     assert all((name, LAB) in report.scores for name in scores)
     verdicts = report.verdicts[("class_stopper", LAB)]
-    assert verdicts["test_backward_twice"]["kind"] == "records"
-    assert {g for g, v in verdicts.items() if v["kind"] == "passed"} == set(TEST_CELLS) - {
+    assert verdicts["test_backward_twice"].kind == "records"
+    assert {g for g, v in verdicts.items() if v.kind == "passed"} == set(TEST_CELLS) - {
         "test_backward_twice"
     }
     printed = outputs(root, "class_stopper")

@@ -48,7 +48,7 @@ def test_adversaries_were_contained(graded):
     # nbgrader alone would have passed these cells; the judge, outside the kernel, did not
     for trick in ("replaced_run_cell", "patched_comparisons"):
         verdicts = report.verdicts[(trick, LAB)]
-        failed = {g for g, v in verdicts.items() if v["kind"] != "passed"}
+        failed = {g for g, v in verdicts.items() if v.kind != "passed"}
         assert failed >= set(TEST_CELLS[:3]), f"{trick}: {verdicts}"
     dead = [p for p in report.problems if "os_exit" in p.where]
     assert dead and "kernel died" in dead[0].reason

@@ -23,12 +23,12 @@ def test_the_verdict_cannot_be_read_or_forged_from_the_kernel(graded):
     for student in ("reads_the_verdict", "forged_records", "event_hooks"):
         verdicts = report.verdicts[(student, LAB)]
         assert set(verdicts) == set(TEST_CELLS), student
-        kinds = {g: v["kind"] for g, v in verdicts.items()}
+        kinds = {g: v.kind for g, v in verdicts.items()}
         assert "passed" not in kinds.values(), (student, verdicts)
         # every visible check passed: it is the hidden records that failed
         assert "visible" not in kinds.values(), (student, verdicts)
-    kinds = {g: v["kind"] for g, v in report.verdicts[("event_hooks", LAB)].items()}
-    sentences = {g: v["sentence"] for g, v in report.verdicts[("event_hooks", LAB)].items()}
+    kinds = {g: v.kind for g, v in report.verdicts[("event_hooks", LAB)].items()}
+    sentences = {g: v.sentence for g, v in report.verdicts[("event_hooks", LAB)].items()}
     # the hidden code dropped by a transformer, or its observe calls removed: no records
     for grade_id in TEST_CELLS[:3]:
         assert "did not get as far" in sentences[grade_id], sentences[grade_id]

@@ -32,8 +32,8 @@ def failure_sentences(report, hand_ins: list[tuple[str, str]]) -> dict[str, list
     found: dict[str, list[str]] = {"check": [], "code": [], "pytorch": [], "other": []}
     for student, lab in hand_ins:
         for grade_id, verdict in report.verdicts.get((student, lab), {}).items():
-            sentence = verdict.get("sentence", "")
-            if verdict.get("kind") == "passed":
+            sentence = verdict.sentence
+            if verdict.passed:
                 continue
             where = f"{lab}/{student}/{grade_id}: {sentence}"
             if sentence.startswith(NOT_A_CHECKS_WORDS):

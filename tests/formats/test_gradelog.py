@@ -7,6 +7,7 @@ import json
 
 from graders.formats import gradelog
 from graders.formats.gradelog import GRADING_LOG, LogEntry
+from graders.formats.verdict import Kind, Verdict
 
 
 def entry(student: str, lab: str, key: str, ok: bool = True) -> LogEntry:
@@ -17,7 +18,7 @@ def entry(student: str, lab: str, key: str, ok: bool = True) -> LogEntry:
         graded_at="2024-05-01T10:00:00+0000",
         ok=ok,
         timings={"total": 1.5},
-        verdicts={"t1": {"kind": "passed", "sentence": "Passed.", "cell": 3}},
+        verdicts={"t1": Verdict(Kind.PASSED, "Passed.", cell=3)},
         problems=[],
         ignored=[],
     )
@@ -33,10 +34,20 @@ def test_what_is_appended_is_read_back_in_order_and_the_latest_line_counts(tmp_p
     latest = gradelog.latest(entries)
     assert latest[("ann", "lab1")]["key"] == "k3" and latest[("ann", "lab1")]["ok"] is True
     assert set(latest) == {("ann", "lab1"), ("bob", "lab1")}
+    assert entries[0]["verdicts"] == {"t1": Verdict(Kind.PASSED, "Passed.", cell=3)}
+
+
+def test_a_verdict_that_is_not_one_is_left_out_of_its_line(tmp_path):
+    line = json.loads(json.dumps(entry("ann", "lab1", "k"), default=Verdict.as_json))
+    line["verdicts"]["t2"] = {"kind": "won", "sentence": "All points."}
+    line["verdicts"]["t3"] = "passed"
+    gradelog.path(tmp_path).write_text(json.dumps(line) + "\n")
+    (read,), problems = gradelog.read(tmp_path)
+    assert problems == [] and set(read["verdicts"]) == {"t1"}
 
 
 def test_lines_that_are_not_a_hand_ins_are_left_out_by_number(tmp_path):
-    good = json.dumps(entry("ann", "lab1", "k"))
+    good = json.dumps(entry("ann", "lab1", "k"), default=Verdict.as_json)
     lines = [good, "{not json", "[1, 2]", json.dumps({"student": "x"}), "", good]
     (tmp_path / GRADING_LOG).write_text("\n".join(lines) + "\n", encoding="utf-8")
     entries, problems = gradelog.read(tmp_path)

@@ -60,3 +60,22 @@ def test_the_whole_run_is_never_less_than_its_cells(tmp_path):
     cells = [{"id": None, "grade_id": None, "source": "d", "seconds": 4.0}] * 2
     references.write(file, {"version": 2, "observations": {}, "seconds": 1.0, "cells": cells})
     assert references.timing(file)[1] == 8.0
+
+
+def test_a_tasks_copy_keeps_the_records_and_times_and_no_key(tmp_path):
+    """What the class run ships to a task (`times`) and what the task writes (`task_copy`)
+    give its sandbox the same per-cell times and its judge the same records as the course's
+    own file; a file without times gives a copy without them (the flat limits)."""
+    course, copy = tmp_path / "lab.json", tmp_path / "task" / "lab.json"
+    observed = {"t1": [{"name": "f(x)", "value": 1.0, "rtol": 0.0, "atol": 0.0, "hint": None}]}
+    cells = [{"id": "a", "grade_id": "t1", "source": "d1", "seconds": 1.5}]
+    references.write(
+        course, ReferenceFile(version=2, key="k", observations=observed, seconds=3.0, cells=cells)
+    )
+    references.write(copy, references.task_copy(observed, references.times(course)))
+    assert references.timing(copy) == references.timing(course) == (cells, 3.0)
+    assert references.observations(copy) == observed and "key" not in references.read(copy)
+    references.write(course, ReferenceFile(key="k", observations=observed, seconds=3.0))  # v1
+    assert references.times(course) == {}
+    references.write(copy, references.task_copy(observed, references.times(course)))
+    assert references.timing(copy) is None and references.observations(copy) == observed

@@ -5,6 +5,8 @@ as it was."""
 
 from __future__ import annotations
 
+from graders.formats.timings import Clock
+
 
 class FakeCluster:
     """engine.LocalCluster's stand-in: up after `up_after` hand-ins were graded here (None:
@@ -54,12 +56,12 @@ def lanes(monkeypatch, count, up_after):
 
     def grade_here(course, job):
         here.append(job["lab"])
-        return {"ok": True, "timings": {"kernel_up_at": 1.0}}
+        return {"ok": True, "timings": {}, "clock": Clock(kernel_up_at=1.0)}
 
     def run_all(connected, course, jobs, arrived, window):
         for hand_in, job in jobs:
             on_engine.append(job["lab"])
-            arrived(hand_in, {"ok": True, "timings": {"started_at": 0.0}}, 0.0)
+            arrived(hand_in, {"ok": True, "timings": {}, "clock": Clock(started_at=0.0)}, 0.0)
 
     monkeypatch.setattr(dispatch, "grade_here", grade_here)
     monkeypatch.setattr(engine, "run_all", run_all)

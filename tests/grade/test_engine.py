@@ -14,14 +14,13 @@ from graders.grade import engine, task
 pytestmark = pytest.mark.timeout(300)
 
 
-def test_the_scheduler_comes_from_the_environment_then_the_config(tmp_path, monkeypatch):
+def test_the_scheduler_comes_from_the_config_only(tmp_path, monkeypatch):
     config = tmp_path / "nbgrader_config.py"
     config.write_text('c = get_config()\nc.GradingEngine.scheduler = "tcp://from-config:8786"\n')
-    monkeypatch.delenv(engine.ENV, raising=False)
     assert engine.configured_scheduler(config) == "tcp://from-config:8786"
-    monkeypatch.setenv(engine.ENV, "tcp://from-env:8786")
-    assert engine.configured_scheduler(config) == "tcp://from-env:8786"
-    monkeypatch.delenv(engine.ENV)
+    monkeypatch.setenv("COURSE_DASK_SCHEDULER", "tcp://from-env:8786")  # no longer read
+    assert engine.configured_scheduler(config) == "tcp://from-config:8786"
+    assert "scheduler" in engine.GradingEngine.class_get_help()  # documented with help=
     config.write_text("this is not python(\n")
     assert engine.configured_scheduler(config) == ""  # nbgrader says what is wrong itself
     config.write_text("c = get_config()\n")

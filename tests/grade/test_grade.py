@@ -24,10 +24,10 @@ def test_every_failure_has_a_sentence(graded):
     """No failed check is explained by a bare exception name: each says what was wrong."""
     _students, _packs, report = graded
     bare = [
-        f"{student}/{lab} {grade_id}: {v['sentence']}"
+        f"{student}/{lab} {grade_id}: {v.sentence}"
         for (student, lab), verdicts in report.verdicts.items()
         for grade_id, v in verdicts.items()
-        if v["kind"] != "passed" and len(v["sentence"].split()) < 6
+        if v.kind != "passed" and len(v.sentence.split()) < 6
     ]
     assert not bare, bare
 

@@ -1,26 +1,32 @@
-"""A class run's inputs (graders/grade/inputs.py): the hand-ins are graded longest lab first."""
+"""A class run's inputs (graders/grade/inputs.py): the hand-ins are graded longest lab first
+(the reference files written through their owner, graders/formats/references.py: no graded
+class needed), and a task gets the release's files."""
 
 from __future__ import annotations
 
-import json
-
 from graders.config.course import LABS
+from graders.formats import references
+from graders.formats.references import ReferenceFile
 
 
-def test_labs_whose_solution_ran_longest_are_graded_first(course, graded, tmp_path):
-    """`make build` times each lab's solution run; a class run starts with the longest labs,
-    so it does not end on one long notebook while the other workers wait."""
+def test_make_build_timed_every_labs_solution(course, graded):
+    """What the grading order below rests on: `make build` timed each lab's solution run."""
+    for lab in LABS:
+        assert references.seconds(references.path(references.folder(course), lab)) > 0, lab
+
+
+def test_labs_whose_solution_ran_longest_are_graded_first(tmp_path):
+    """A class run starts with the labs whose solution ran longest, so it does not end on one
+    long notebook while the other workers wait; a lab never timed comes last, as found."""
     from graders.grade.inputs import longest_first
     from graders.grade.intake import HandIn
 
-    for lab in LABS:
-        saved = json.loads((course / "build" / "reference" / f"{lab}.json").read_text())
-        assert saved["seconds"] > 0, lab
-    reference = tmp_path / "build" / "reference"
-    reference.mkdir(parents=True)
+    where = references.folder(tmp_path)
     for lab, seconds in (("short", 2.0), ("long", 9.5), ("middle", 4.0)):
-        (reference / f"{lab}.json").write_text(json.dumps({"seconds": seconds}))
-    (reference / "damaged.json").write_text("{not json")
+        references.write(
+            references.path(where, lab), ReferenceFile(observations={}, seconds=seconds)
+        )
+    references.path(where, "damaged").write_text("{not json")
     labs = ("short", "damaged", "long", "middle")
     found = [HandIn(student, lab, b"") for student in ("a", "b") for lab in labs]
     order = [(h.student, h.lab) for h in longest_first(found, tmp_path)]
@@ -53,14 +59,15 @@ def test_an_instructors_assignment_is_ordered_by_all_its_notebooks_reference_tim
     from graders.grade.inputs import longest_first
     from graders.grade.intake import HandIn
 
-    reference = tmp_path / "build" / "reference"
-    (reference / "quiz").mkdir(parents=True)
+    where = references.folder(tmp_path)
     for lab, names in (("quiz", ("a", "b", "c")), ("lab", ("lab",))):
         (tmp_path / "labs" / lab).mkdir(parents=True)
         for name in names:
             (tmp_path / "labs" / lab / f"{name}.ipynb").write_text("{}")
-    for name in ("a", "b", "c"):  # 3 x 3 s, none named after the assignment
-        (reference / "quiz" / f"{name}.json").write_text(json.dumps({"seconds": 3.0}))
-    (reference / "lab.json").write_text(json.dumps({"seconds": 5.0}))
+    for lab, name, seconds in (("quiz", "a", 3.0), ("quiz", "b", 3.0), ("quiz", "c", 3.0)):
+        path = references.path(where, lab, name)  # 3 x 3 s, none named after the assignment
+        path.parent.mkdir(parents=True, exist_ok=True)
+        references.write(path, ReferenceFile(observations={}, seconds=seconds))
+    references.write(references.path(where, "lab"), ReferenceFile(observations={}, seconds=5.0))
     found = [HandIn("s", "lab", b""), HandIn("s", "quiz", b"")]
     assert [h.lab for h in longest_first(found, tmp_path)] == ["quiz", "lab"]

@@ -13,7 +13,8 @@ from pathlib import Path
 import nbformat
 from helpers import small_gradebook
 
-from graders.formats import gradebook, wire
+from graders.formats import gradebook, timings, wire
+from graders.formats.timings import PHASES, TOTAL, Phase
 from graders.formats.wire import LocalJob
 from graders.grade import merge, task
 
@@ -70,8 +71,8 @@ class FakeApi:
             Path(self.root) / "submitted" / student / lab / f"{lab}.ipynb", as_version=4
         )
         settings = self.changes["SandboxedExecute"]["settings"]
-        wire.add_timing(Path(settings["timings"]), "kernel_start", 0.25)
-        wire.add_timing(Path(self.changes["JudgeRecords"]["timings"]), "checks", 0.5)
+        timings.add(Path(settings["timings"]), Phase.KERNEL_START, 0.25)
+        timings.add(Path(self.changes["JudgeRecords"]["timings"]), Phase.CHECKS, 0.5)
         return {"success": False, "log": "[AutogradeApp | ERROR] the notebook is broken"}
 
 
@@ -111,6 +112,9 @@ def test_settings_go_to_nbgrader_as_configuration_and_timings_come_back(tmp_path
     assert api.seen_notebook.cells[0].metadata["nbgrader"]["grade_id"] == "t1"
     assert result["ok"] is False and result["reason"] == "the notebook is broken"
     assert result["timings"]["kernel_start"] == 0.25 and result["timings"]["checks"] == 0.5
+    # durations by phase only; when its kernel was up is a clock time, kept apart
+    assert set(result["timings"]) <= {*PHASES, TOTAL}
+    assert result["clock"].kernel_up_at is not None
     assert not list(tmp_path.glob("task-*"))  # its scratch course is gone
 
 

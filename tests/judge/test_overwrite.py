@@ -11,6 +11,7 @@ from unittest import mock
 import nbformat
 import nbgrader
 import pytest
+from nbformat.v4 import new_code_cell, new_notebook
 from nbgrader.api import Gradebook
 from nbgrader.preprocessors import (
     CheckCellMetadata,
@@ -20,7 +21,7 @@ from nbgrader.preprocessors import (
     SaveCells,
 )
 
-from graders.judge.overwrite import OverwriteCells, RestoreMetadata
+from graders.judge.overwrite import MALFORMED, MALFORMED_ID, OverwriteCells, RestoreMetadata
 
 FILES = Path(nbgrader.__file__).parent / "tests" / "apps" / "files"
 STEPS = Path(nbgrader.__file__).parent / "tests" / "preprocessors" / "files"
@@ -78,3 +79,33 @@ def test_every_cell_gets_its_released_metadata_and_type(db, file):
         assert nb.cells[0].id == "course-grader-malformed-notebook"
     else:  # every released cell is there, of its released type (restored where missing)
         assert found == released, file.name
+
+
+# ---- a notebook without grading information (nbgrader's test-no-metadata) ----
+
+
+def test_a_notebook_without_grading_information_is_said_so_at_its_top():
+    nb = new_notebook(cells=[new_code_cell("x = 1"), new_code_cell("assert x")])
+    nb, _ = OverwriteCells().preprocess(nb, {"nbgrader": {"notebook": "quiz"}})
+    assert [c.cell_type for c in nb.cells] == ["markdown", "code", "code"]
+    assert nb.cells[0].source == MALFORMED and nb.cells[0]["id"] == MALFORMED_ID
+
+
+def test_a_notebook_with_grading_information_goes_to_nbgraders_step(monkeypatch):
+    from nbgrader.preprocessors import OverwriteCells as NbgraderOverwriteCells
+
+    seen = []
+    monkeypatch.setattr(NbgraderOverwriteCells, "preprocess", lambda self, nb, r: seen.append(nb))
+    graded = new_code_cell("assert x")
+    graded.metadata["nbgrader"] = {"grade": True, "grade_id": "t", "points": 1}
+    nb = new_notebook(cells=[new_code_cell("x = 1"), graded])
+    OverwriteCells().preprocess(nb, {})
+    assert seen == [nb] and len(nb.cells) == 2
+
+
+@pytest.mark.parametrize("metadata", [{}, {"tags": ["x"]}])
+def test_other_metadata_is_not_grading_information(metadata):
+    cell = new_code_cell("x = 1")
+    cell.metadata.update(metadata)
+    nb, _ = OverwriteCells().preprocess(new_notebook(cells=[cell]), {})
+    assert nb.cells[0]["id"] == MALFORMED_ID

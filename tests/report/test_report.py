@@ -148,8 +148,8 @@ def test_failure_counts_are_the_logs(graded):
             if entry_lab != lab:
                 continue
             for grade_id, verdict in entry["verdicts"].items():
-                if verdict["kind"] != "passed":
-                    expected[(grade_id, verdict["kind"], verdict["sentence"])].append(student)
+                if not verdict.passed:
+                    expected[(grade_id, verdict.kind, verdict.sentence)].append(student)
         rows = read_csv(built.index.parent / f"{lab}-failures.csv")
         got = {(r["grade_id"], r["kind"], r["sentence"]): r for r in rows}
         assert set(got) == set(expected)

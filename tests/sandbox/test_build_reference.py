@@ -3,6 +3,7 @@ cell's time are kept, and made again when what records them changes or the file'
 older."""
 
 import json
+import os
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
@@ -24,7 +25,7 @@ def test_the_reference_is_made_again_when_the_recorder_changes(tmp_path, monkeyp
     monkeypatch.setattr(
         build_reference,
         "reference_run",
-        lambda solution, threads, strict=True: runs.append(1) or ({"t": []}, [TIMED]),
+        lambda solution, threads, strict=True, **_: runs.append(1) or ({"t": []}, [TIMED]),
     )
     solution, cache = tmp_path / "lab.ipynb", tmp_path / "reference" / "lab.json"
     solution.write_text("{}")
@@ -46,7 +47,7 @@ def test_a_reference_of_the_older_format_is_made_again(tmp_path, monkeypatch):
     monkeypatch.setattr(
         build_reference,
         "reference_run",
-        lambda solution, threads, strict=True: runs.append(1) or ({"t": []}, cells),
+        lambda solution, threads, strict=True, **_: runs.append(1) or ({"t": []}, cells),
     )
     solution, cache = tmp_path / "lab.ipynb", tmp_path / "reference" / "lab.json"
     solution.write_text("{}")
@@ -119,3 +120,54 @@ def test_an_instructors_notebook_whose_solution_fails_a_check_is_kept_with_a_not
     assert "the solution fails its own test cell 'bar': NameError" in capsys.readouterr().err
     with pytest.raises(RuntimeError, match="fails its own test cell 'bar'"):
         reference_run(solution, timeout=60)
+
+
+def test_the_sandbox_and_the_judge_find_a_notebooks_reference_in_one_place(tmp_path, monkeypatch):
+    """`course_reference`: a task's copy where the grader named a folder (never made again);
+    else the course's build/reference/, made again first where the course's source notebook
+    is here and the caller asks (plain nbgrader in the repository)."""
+    from traitlets.config import Config
+
+    from graders.sandbox import build_reference
+    from graders.sandbox.build_reference import course_reference
+
+    made = []
+    monkeypatch.setattr(
+        build_reference,
+        "cached_reference",
+        lambda source, file, strict=True: made.append((source, file, strict)) or {"t": []},
+    )
+    config = Config({"CourseDirectory": {"root": str(tmp_path)}})
+    source = tmp_path / "source" / "ps1" / "quiz.ipynb"
+    source.parent.mkdir(parents=True)
+    source.write_text("{}")
+    given = tmp_path / "task-copy"
+    found = course_reference(config, str(given), "ps1", "quiz", remake=False)
+    assert found == (given, given / "ps1" / "quiz.json", None) and made == []
+    found = course_reference(config, "", "ps1", "quiz", remake=True)
+    where = tmp_path / "build" / "reference"
+    assert found == (where, where / "ps1" / "quiz.json", {"t": []})
+    assert made == [(source, where / "ps1" / "quiz.json", False)]  # not a lab: not strict
+    assert course_reference(config, "", "ps1", "other", remake=True).observed is None
+
+
+def test_the_course_data_reaches_the_solutions_kernels_and_not_the_grader(tmp_path, monkeypatch):
+    """`prepare_references` gives the data root (graders.config.course.prepare_data) to the
+    solutions' kernels through their own environment; the grader's process stays as it was."""
+    from graders.config import course
+    from graders.sandbox import build_reference
+
+    monkeypatch.delenv("COURSE_DATA_ROOT", raising=False)
+    monkeypatch.setattr(course, "prepare_data", lambda labs: {"COURSE_DATA_ROOT": "/data"})
+    given = []
+    monkeypatch.setattr(
+        build_reference,
+        "cached_reference",
+        lambda source, file, strict=True, data_env=None: given.append(data_env),
+    )
+    source = tmp_path / "build" / "source" / "lab1"
+    source.mkdir(parents=True)
+    (source / "lab1.ipynb").write_text("{}")
+    build_reference.prepare_references(tmp_path, ["lab1"], workers=1)
+    assert given == [{"COURSE_DATA_ROOT": "/data"}]
+    assert "COURSE_DATA_ROOT" not in os.environ

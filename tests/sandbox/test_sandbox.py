@@ -32,7 +32,7 @@ def test_the_graders_settings_reach_every_kernel_through_nbgraders_configuration
     variable: the kernel manager nbclient makes gets them (the kernel's extra variables), and
     the seconds the kernel took to start come back in the timings file
     they name."""
-    from graders.formats.wire import read_timings
+    from graders.formats.timings import read as read_timings
 
     runtime = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))  # short: the kernel's sockets
     timings = tmp_path / "timings.jsonl"
