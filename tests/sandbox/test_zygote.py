@@ -13,10 +13,11 @@ were all forked from.
 * The folder of a warm process whose grader was killed is removed by the next one made.
 * A read-only folder (the course's data) made or replaced after a warm process started is
   seen by the next kernel as it is then, as a kernel started alone sees it.
-* Seen from the host while a kernel runs, no process between the grader and it (the stub
-  nbgrader's kernel manager started, the warm process's sandbox, the warm process, the
-  children that set up each kernel) is the host's root, and those that hold a capability
-  hold it in a user namespace where host root is no one.
+* Seen from the host while a kernel starts and runs, no process between the grader and it
+  (the stub nbgrader's kernel manager started, watched from its first instruction on, the
+  warm process's sandbox, the warm process, the children that set up each kernel) is the
+  host's root, and those that hold a capability hold it in a user namespace where host
+  root is no one.
 * A forked kernel reaches nothing of its parent and nothing a new namespace would give: no
   user namespace to make, no setns, ptrace or process_vm_readv on its init, no link in
   place of the sockets the grader connects to (its client reconnects through one); its mount table
@@ -303,7 +304,7 @@ def _watch_stubs(stop: threading.Event, seen: list[dict]) -> None:
             for pid in children:
                 try:
                     with open(f"/proc/{pid}/cmdline", "rb") as fh:  # first: after its exec
-                        if b"zygote_stub" not in fh.read():
+                        if os.fsencode(zygote.STUB) not in fh.read():
                             continue
                     state = {"pid": int(pid), **_status(int(pid))}
                 except OSError:  # ended meanwhile
