@@ -6,9 +6,10 @@ ipykernel, ``import torch``, and torch._dynamo on the first optimizer step
 the same allow-list as a kernel's (graders/sandbox/sandbox_argv.py, `zygote_argv`), and then forks a
 kernel for each request. It never runs a hand-in's code itself; it holds nothing secret.
 
-Each request comes from a grader's stub (graders/kernel/zygote_stub.py) with the kernel's mounts as
-file descriptors. The child it forks ("C", root, trusted) takes the kernel's connection
-with it and does, before any cell can run, what bubblewrap does for a kernel started alone:
+Each request comes from the grader itself (graders/sandbox/zygote.py, `Zygote.hand_over`),
+with the kernel's mounts as file descriptors; the connection is then its stub's. The child
+it forks ("C", root, trusted) takes the kernel's connection with it and does, before any
+cell can run, what bubblewrap does for a kernel started alone:
 
 * new mount, network, IPC, UTS and PID namespaces; the kernel's cgroups joined, then a
   cgroup namespace of its own;
@@ -105,7 +106,7 @@ class _MountAttr(ctypes.Structure):
 def detached(path: str, readonly: bool, noexec: bool = False) -> int:
     """A detached copy of the mount at `path` (a bind of it, with what is mounted below it),
     nosuid and nodev, read-only or noexec if asked: a descriptor another mount namespace
-    can attach (`_move_mount`). The grader's stub (zygote_stub.py) makes the kernel's this
+    can attach (`_move_mount`). The grader (`Zygote.hand_over`) makes the kernel's this
     way, and a kernel's init the warm process's own folders under /tmp, before its fresh
     /tmp covers them."""
     flags = OPEN_TREE_CLONE | os.O_CLOEXEC | AT_RECURSIVE

@@ -203,7 +203,7 @@ def _mount_points() -> set[bytes]:
 
 def _sandboxes_of(private: Path, groups: list[Path]) -> set[int]:
     """The processes of the kernel whose private folder is `private`: its bubblewrap (which
-    binds that folder) or its stub (a forked kernel's, graders/kernel/zygote_stub.py), both
+    binds that folder) or its stub (a forked kernel's, graders/sandbox/zygote.py), both
     naming it as an argument the kernel cannot change, and whatever is in its cgroups."""
     found = set()
     argument = b"\0" + os.fsencode(private) + b"\0"

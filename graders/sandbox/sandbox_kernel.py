@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -68,6 +69,7 @@ class SandboxKernelManager(AsyncKernelManager):
     _watchdog: threading.Timer | None = None
     _private: Path | None = None
     _groups: list[Path] = []
+    _handed: socket.socket | None = None  # a forked kernel's connection, until its stub has it
 
     async def _async_pre_start_kernel(self, **kw):
         self._start_clock = time.monotonic()
@@ -101,7 +103,10 @@ class SandboxKernelManager(AsyncKernelManager):
             warm = zygote.for_folders(readonly)
         if warm is not None:  # forked from the warm process (graders/sandbox/zygote.py)
             connection = command[command.index("-f") + 1]
-            argv = warm.command(private, connection, uid, threads, env, files, self._groups)
+            argv, started_as, self._handed = warm.hand_over(
+                private, connection, uid, threads, env, files, self._groups
+            )
+            kw.update(started_as)  # the stub: the warm process's host user, never root
         else:
             argv = kernel_argv(
                 command, private, readonly=readonly, threads=threads, env=env, uid=uid,
@@ -111,6 +116,19 @@ class SandboxKernelManager(AsyncKernelManager):
         kw["stdout"] = kw["stderr"] = subprocess.DEVNULL  # its words reach us as messages only
         kw["env"] = {}  # the sandbox sets the kernel's environment (an allow-list)
         return argv, kw
+
+    async def _async_launch_kernel(self, kernel_cmd: list[str], **kw):
+        try:
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+        finally:
+            self._close_handed()
+
+    def _close_handed(self) -> None:
+        """This process's copy of a forked kernel's connection: once the stub has its own
+        (or did not start), the stub's end is the only one, and the kernel ends with it."""
+        if self._handed is not None:
+            self._handed.close()
+            self._handed = None
 
     @staticmethod
     def _font_list(private: Path) -> Path | None:
@@ -192,6 +210,7 @@ class SandboxKernelManager(AsyncKernelManager):
         private folder (links in it are removed, never followed). Safe to call twice."""
         if self._watchdog is not None:
             self._watchdog.cancel()
+        self._close_handed()
         sandbox_host.MemoryGroups.remove(self._groups)
         if self._private is not None:
             if getattr(self, "_mounted", False):

@@ -6,11 +6,11 @@ interpreter, ipykernel, ``import torch``, torch._dynamo on the first optimizer s
 run's CPU. A root grader pays it once per grading process instead: `Zygote` starts a warm
 process (graders/kernel/grading_zygote.py) inside a sandbox of the kernels' own allow-list
 (graders/sandbox/sandbox_argv.py, `zygote_argv`), and `SandboxKernelManager`
-(graders/sandbox/sandbox.py) starts each kernel as a stub (graders/kernel/zygote_stub.py) that
-asks it for a fork. The forked kernel gets, before its first cell, what bubblewrap gives a
-kernel started alone: its own namespaces, tmpfs folders, cgroups, rlimits, user and no
-capabilities (the warm process's docstring lists them); graders/sandbox/sandbox.py's docstring
-says what a kernel sees.
+(graders/sandbox/sandbox_kernel.py) asks it for a fork of each kernel, then starts a stub
+(`STUB_SCRIPT`) that waits for it. The forked kernel gets, before its first cell, what
+bubblewrap gives a kernel started alone: its own namespaces, tmpfs folders, cgroups, rlimits,
+user and no capabilities (the warm process's docstring lists them);
+graders/sandbox/sandbox.py's docstring says what a kernel sees.
 
 The warm process holds no privilege of the host's: it runs in a user namespace of its own
 (`_user_namespace`), as that namespace's root, which is an unprivileged host user drawn for
@@ -18,8 +18,9 @@ it (graders/sandbox/sandbox_argv.py, ZYGOTE_UIDS), never host root; the kernels'
 the only others mapped there. Its capabilities (ZYGOTE_CAPS) are over its namespaces only:
 files the host's root owns are not its own, and no process of that namespace, the warm
 process included, may make another user namespace (its limit is 0 there). The stub of each
-kernel is host root only until it has handed over the kernel's mounts and cgroups; it then
-becomes the warm process's host user, with no capability (graders/kernel/zygote_stub.py).
+kernel (`STUB_SCRIPT`) is never host root: this grading process hands the
+kernel's mounts and cgroups over itself (`Zygote.hand_over`), and starts the stub as the
+warm process's host user, with no capability, holding only its end of the connection.
 
 Only a root grader forks kernels (a kernel's own host user needs root to give), and only
 when its private folder is under /tmp (the forked kernel makes that path in its own /tmp);
@@ -46,7 +47,6 @@ from pathlib import Path
 
 from graders.sandbox.sandbox_argv import (
     FILE_CAP_BYTES,
-    KERNEL_SIDE,
     MEMORY_CAP_BYTES,
     PROCESS_CAP,
     SCRATCH,
@@ -65,7 +65,19 @@ from graders.sandbox.sandbox_argv import (
 )
 
 LOG = logging.getLogger("graders.sandbox")
-STUB = KERNEL_SIDE / "zygote_stub.py"
+STUB = "zygote_stub"  # the stub's name on its command line (its shell's $0)
+# The stub of each forked kernel: the process nbgrader's kernel manager starts, watches and
+# kills, as it would a kernel. It holds its end of the connection to the warm process (over
+# which the grader has already asked for the kernel: `Zygote.hand_over`) and waits; it ends
+# with the kernel's exit status when the kernel ends, and when it is killed the kernel is
+# killed (the warm process sees the connection close). A shell, not Python: it runs as an
+# unprivileged user, who may not reach this Python (under /root, say); it starts nothing.
+STUB_SCRIPT = """IFS= read -r said
+case $said in
+-[0-9]|-[0-9][0-9]) exit $((128 - said)) ;;
+[0-9]|[0-9][0-9]|[0-9][0-9][0-9]) exit $((said & 255)) ;;
+esac
+exit 1"""
 SWITCH = "COURSE_FORK_KERNELS"  # "0": every kernel started alone, as before
 PREFIX = "grading-zygote-"  # its folder (socket, log, font list) under the temporary folder
 STARTUP_S = 120  # the warm process's imports take seconds; past this, kernels start alone
@@ -91,6 +103,7 @@ class Zygote:
         userns = fonts = None
         log = open(self.folder / "log", "ab")  # noqa: SIM115 - what set-up of a kernel failed
         try:
+            _stub_runs(self.uid)
             userns = _user_namespace(self.uid)
             fonts = _font_list()
             # its binds are staged over its folder, in a mount namespace of its own
@@ -136,7 +149,7 @@ class Zygote:
         shutil.rmtree(self.folder, ignore_errors=True)
         self._claim.close()
 
-    def command(
+    def hand_over(
         self,
         private: Path,
         connection_file: str,
@@ -145,8 +158,15 @@ class Zygote:
         env: dict[str, str],
         files: list[Path],
         groups: list[Path],
-    ) -> list[str]:
-        """The stub's command line for one kernel (what nbgrader's kernel manager starts)."""
+    ) -> tuple[list[str], dict, socket.socket]:
+        """Ask the warm process for one kernel, and give it what only the host's root can:
+        the kernel's folders as detached mounts (its private runtime folder; each of the
+        lab's files read-only) and its cgroups opened for joining, all as descriptors over
+        the warm process's socket. This (root) grading process does it itself, so that the
+        stub that stands for the kernel (`STUB_SCRIPT`) never runs as root:
+        its command line, the Popen arguments that start it as the warm process's own
+        unprivileged host user with no capability, and the connection (the stub's, once it
+        has started: close this process's copy then, or the kernel ends with it)."""
         request = {
             "uid": uid,
             "connection_file": connection_file,
@@ -160,12 +180,60 @@ class Zygote:
                 "RLIMIT_NPROC": PROCESS_CAP,  # a host user of its own: its count alone
                 "RLIMIT_CORE": 0,
             },
-            "file_paths": [[p.name, str(p)] for p in files],
-            "group_paths": [str(p) for p in groups],
-            "stub_uid": self.uid,  # the stub's, once it has handed the kernel over
+            "private": str(private),
+            "private_fd": 0,
         }
-        stub = [sys.executable, "-I", "-S", str(STUB), self.socket, str(private)]
-        return [*stub, json.dumps(request)]
+        detached = kernel_side("grading_zygote").detached
+        fds: list[int] = []
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # not inherited but by the stub
+        try:
+            fds.append(detached(str(private), readonly=False, noexec=True))
+            request["files"] = []
+            for path in files:  # in the kernel's working folder, by name
+                request["files"].append([path.name, len(fds)])
+                fds.append(detached(str(path), readonly=True))
+            request["groups"] = []
+            for folder in groups:
+                request["groups"].append(len(fds))
+                fds.append(os.open(folder / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+            conn.connect(self.socket)
+            socket.send_fds(conn, [json.dumps(request).encode()], fds)
+        except BaseException:
+            conn.close()
+            raise
+        finally:
+            for fd in fds:
+                os.close(fd)
+        started_as = {"stdin": conn.fileno(), "user": self.uid, "group": self.uid,
+                      "extra_groups": []}  # fmt: skip
+        return _stub(str(private)), started_as, conn
+
+
+def _stub(private: str) -> list[str]:
+    """The stub's command line: no new privileges (it could not gain any: it execs nothing
+    after its shell), its connection its standard input; `private`, the kernel's private
+    folder, is an argument of its own so that graders/sandbox/sandbox_host.py finds it by
+    its command line, as it finds bubblewrap's."""
+    setpriv = shutil.which("setpriv") or "setpriv"
+    return [setpriv, "--no-new-privs", "--", "/bin/sh", "-c", STUB_SCRIPT, STUB, private]
+
+
+def _stub_runs(uid: int) -> None:
+    """That the stub runs as the warm process's host user (`Zygote.hand_over`), its programs
+    found: its trial reads a connection that says "0"."""
+    said, given = socket.socketpair()
+    said.sendall(b"0\n")
+    said.close()
+    try:
+        tried = subprocess.run(_stub("-"), stdin=given, user=uid, group=uid, extra_groups=[],
+                               capture_output=True, env={}, cwd="/", timeout=STARTUP_S)  # fmt: skip
+    except subprocess.TimeoutExpired as error:
+        raise RuntimeError(f"its stub did not run: {error}") from None
+    finally:
+        given.close()
+    if tried.returncode != 0:
+        said = (tried.stderr.decode(errors="replace").strip().splitlines() or ["no word"])[-1]
+        raise RuntimeError(f"its stub cannot run as an unprivileged user ({said})")
 
 
 def _font_list() -> tuple[str, int] | None:

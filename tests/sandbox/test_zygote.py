@@ -13,10 +13,11 @@ were all forked from.
 * The folder of a warm process whose grader was killed is removed by the next one made.
 * A read-only folder (the course's data) made or replaced after a warm process started is
   seen by the next kernel as it is then, as a kernel started alone sees it.
-* Seen from the host while a kernel runs, no process between the grader and it (the stub
-  nbgrader's kernel manager started, the warm process's sandbox, the warm process, the
-  children that set up each kernel) is the host's root, and those that hold a capability
-  hold it in a user namespace where host root is no one.
+* Seen from the host while a kernel starts and runs, no process between the grader and it
+  (the stub nbgrader's kernel manager started, watched from its first instruction on, the
+  warm process's sandbox, the warm process, the children that set up each kernel) is the
+  host's root, and those that hold a capability hold it in a user namespace where host
+  root is no one.
 * A forked kernel reaches nothing of its parent and nothing a new namespace would give: no
   user namespace to make, no setns, ptrace or process_vm_readv on its init, no link in
   place of the sockets the grader connects to (its client reconnects through one); its mount table
@@ -30,6 +31,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import threading
+import time
 
 import pytest
 from helpers import forked, printed_line, sandbox_client, stream_text
@@ -287,20 +290,42 @@ def _status(pid: int) -> dict:
     }
 
 
+def _watch_stubs(stop: threading.Event, seen: list[dict]) -> None:
+    """Every state of this process's forked kernels' stubs, from as soon after they start as
+    the host lets one see them (their command line theirs, not the grader's fork's) until
+    `stop`: polled every millisecond or so, each change of one kept."""
+    me = os.getpid()
+    while not stop.is_set():
+        for task in os.listdir(f"/proc/{me}/task"):
+            try:
+                children = open(f"/proc/{me}/task/{task}/children").read().split()  # noqa: SIM115
+            except OSError:
+                continue
+            for pid in children:
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as fh:  # first: after its exec
+                        if os.fsencode(zygote.STUB) not in fh.read():
+                            continue
+                    state = {"pid": int(pid), **_status(int(pid))}
+                except OSError:  # ended meanwhile
+                    continue
+                if state not in seen[-3:]:  # each change of it, once
+                    seen.append(state)
+        time.sleep(0.001)  # a stub's set-up takes milliseconds; the grader needs the cores
+
+
 def test_nothing_between_the_grader_and_a_forked_kernel_is_host_root(tmp_path):
     client = sandbox_client(tmp_path, ["import os; print('KERNEL', os.getuid())", "1 + 1"])
     seen, stubs = {}, []
-    with client.setup_kernel():
-        assert forked(client)
-        stub = client.km.provisioner.process.pid  # what nbgrader's kernel manager started
-        for index, cell in enumerate(client.nb.cells):  # at each moment a cell has run
-            client.execute_cell(cell, index)
-            stubs.append(_status(stub))
-            for pid in _descendants(_warm_process().process.pid):
-                try:
-                    seen[pid] = _status(pid)
-                except OSError:  # ended meanwhile
-                    continue
+    # a watch on the stub from its very start: before it has handed the kernel over too
+    stop, early = threading.Event(), []
+    watcher = threading.Thread(target=_watch_stubs, args=(stop, early), daemon=True)
+    watcher.start()
+    try:
+        _run_and_watch(client, seen, stubs)
+    finally:
+        stop.set()
+        watcher.join()
     kernel = int(printed_line(client.nb.cells[0], "KERNEL"))
     # bubblewrap and its init, the warm process, and for the kernel: C, I, the kernel
     assert len(seen) >= 6 and kernel in [me["uids"][0] for me in seen.values()], seen
@@ -312,12 +337,33 @@ def test_nothing_between_the_grader_and_a_forked_kernel_is_host_root(tmp_path):
         outside = me["map"][1::3]  # inside, outside, count: who is who on the host
         assert "0" not in outside, f"host root is someone in process {pid}'s namespace"
     assert any(me["caps"] for me in seen.values())  # the warm process's own, there only
-    # the stub, in the host's namespaces, is root only until it has handed the kernel over:
-    # then the warm process's unprivileged host user, with nothing to gain
+    # the stub, in the host's namespaces, is the warm process's unprivileged host user from
+    # its first instruction on, with no capability (the grader hands the kernel over itself)
     warm = _warm_process().uid
+    stub = stubs[0]["pid"]
+    assert [me for me in early if me["pid"] == stub], "the watch never saw the stub"
+    for me in early:
+        assert 0 not in me["uids"] + me["gids"], f"the stub was host root: {me}"
+        assert me["caps"] == me["permitted"] == 0, f"the stub held a capability: {me}"
     for me in stubs:
         assert me["uids"] == [warm] * 4 and me["gids"] == [warm] * 4, me
         assert me["caps"] == me["permitted"] == 0 and me["no_new_privs"] == "1", me
+
+
+def _run_and_watch(client, seen: dict, stubs: list) -> None:
+    """The client's cells run; at each moment a cell has run, the state of its stub and of
+    every process of the warm process's tree."""
+    with client.setup_kernel():
+        assert forked(client)
+        stub = client.km.provisioner.process.pid  # what nbgrader's kernel manager started
+        for index, cell in enumerate(client.nb.cells):
+            client.execute_cell(cell, index)
+            stubs.append({"pid": stub, **_status(stub)})
+            for pid in _descendants(_warm_process().process.pid):
+                try:
+                    seen[pid] = _status(pid)
+                except OSError:  # ended meanwhile
+                    continue
 
 
 # a hand-in that tries to reach the process it was forked from, or its siblings' ways
