@@ -29,6 +29,7 @@ from helpers import REPORT_LABS as LABS
 
 from graders.config.course import REPO
 from graders.formats.gradelog import GRADING_LOG
+from graders.formats.verdict import Verdict
 from graders.grade.class_run import read_scores
 from graders.grade.grade import grade_class
 from graders.report.report import build_report
@@ -147,7 +148,8 @@ def test_failure_counts_are_the_logs(graded):
         for (student, entry_lab), entry in sorted(latest.items()):
             if entry_lab != lab:
                 continue
-            for grade_id, verdict in entry["verdicts"].items():
+            for grade_id, raw in entry["verdicts"].items():
+                verdict = Verdict.from_json(raw)  # the log's line as written (json)
                 if not verdict.passed:
                     expected[(grade_id, verdict.kind, verdict.sentence)].append(student)
         rows = read_csv(built.index.parent / f"{lab}-failures.csv")
