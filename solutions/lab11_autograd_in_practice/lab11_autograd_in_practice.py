@@ -1011,12 +1011,14 @@ def model_step(x, fn):
 
 
 x = torch.randn(6, dtype=torch.float64, requires_grad=True)
-out, graphs = compiled_graphs(lambda t: model_step(t, SoftplusFunction.apply), x)
-print(f"autograd.Function inside torch.compile: {graphs} graphs, so {graphs - 1} or more breaks")
-try:
-    compiled_graphs(lambda t: model_step(t, SoftplusFunction.apply), x, fullgraph=True)
-except Exception as error:
-    print("fullgraph=True:", type(error).__name__, str(error).splitlines()[0][:100])
+if not GRADING:  # while graded, nothing here is checked: its two compilations are skipped
+    out, graphs = compiled_graphs(lambda t: model_step(t, SoftplusFunction.apply), x)
+    breaks = graphs - 1
+    print(f"autograd.Function inside torch.compile: {graphs} graphs, so {breaks} or more breaks")
+    try:
+        compiled_graphs(lambda t: model_step(t, SoftplusFunction.apply), x, fullgraph=True)
+    except Exception as error:
+        print("fullgraph=True:", type(error).__name__, str(error).splitlines()[0][:100])
 
 # %% [markdown]
 # A **custom operator** is the other way: you tell PyTorch "this is one operation; here is
