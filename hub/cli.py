@@ -404,6 +404,39 @@ def archive_student(course: Path, name: str) -> Path:
     return kept
 
 
+def owned_by(root: Path, uid: int) -> list[Path]:
+    """Everything under `root` that `uid` owns, its folders' contents left out: what an
+    account made in the exchange, by any name (a hand-in named for a classmate, a folder in
+    the exchange's root, which anyone may write, a link)."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            path = Path(folder) / name
+            try:
+                if path.lstat().st_uid == uid:
+                    found.append(path)
+            except OSError:
+                continue
+        dirs[:] = [d for d in dirs if Path(folder, d) not in found]
+    return found
+
+
+def forget_times(course: Path) -> None:
+    """The exchange's record of when each hand-in was handed in (a restore's,
+    `hub.exchange.record_times`), less the hand-ins that are gone (a removed student's, and
+    what they made under a classmate's name)."""
+    from hub.exchange import TIMES
+
+    ledger = course / TIMES
+    try:
+        times = json.loads(ledger.read_text())
+    except (OSError, ValueError):
+        return
+    kept = {k: v for k, v in times.items() if (course / "inbound" / k).is_dir()}
+    if kept != times:
+        ledger.write_text(json.dumps(kept))  # as it was: the instructor's, 0600
+
+
 def remove_student(name: str) -> None:
     """A student leaves the term: their JupyterHub user and server, processes, account,
     home, group, hand-ins and feedback in the exchange, gradebook row, files in /tmp. What
@@ -418,11 +451,17 @@ def remove_student(name: str) -> None:
     entry = pwd.getpwnam(name)
     kill_processes({entry.pw_uid})
     inbound = STATE / "exchange" / state["course_id"] / "inbound"
-    for path in [*leftovers({entry.pw_uid}, {name}), *inbound.glob(f"{name}+*")]:
-        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink()
+    made = [*leftovers({entry.pw_uid}, {name}), *inbound.glob(f"{name}+*")]
+    made += owned_by(STATE / "exchange", entry.pw_uid)  # forgeries too, whatever their names
+    for path in made:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     for page in (STATE / "exchange" / state["course_id"] / "feedback").glob("*.html"):
         if page.stat().st_gid == entry.pw_gid:
             page.unlink()
+    forget_times(STATE / "exchange" / state["course_id"])
     instructor_nbgrader(state, "db", "student", "remove", name, "--force")
     subprocess.run(["userdel", "--remove", name], capture_output=True)
     subprocess.run(["groupdel", name], capture_output=True)

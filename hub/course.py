@@ -1,8 +1,8 @@
 """The instructor's course and every account's Jupyter configuration.
 
 The instructor gets a copy of this repository's course (nbgrader_config.py, course.toml,
-graders/, solutions/, labs/) in ~/course, built there *as the instructor* (nbgrader's source
-notebooks, the gradebook, the grader's reference records): the files and the gradebook are
+graders/, solutions/, labs/, assignments/) in ~/course, built there *as the instructor*
+(nbgrader's source notebooks, the grader's reference records): the files and the gradebook are
 the instructor's, mode 0700 at the home, and nothing of them is in the exchange. Each
 account's ~/.jupyter says where the exchange is and which course it takes; the students'
 JupyterLab has no formgrader and no "create assignment" toolbar.
@@ -19,7 +19,17 @@ from pathlib import Path
 from hub import REPO
 from hub.accounts import as_user
 
-COPIED = ["nbgrader_config.py", "course.toml", "graders", "solutions", "labs", "data"]
+# (assignments/: the instructor's own nbgrader assignments, where the course has them, which
+# HUB_LABS may name beside the labs)
+COPIED = [
+    "nbgrader_config.py",
+    "course.toml",
+    "graders",
+    "solutions",
+    "labs",
+    "data",
+    "assignments",
+]
 SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc", "cache", "MNIST", ".ipynb_checkpoints")
 # as the instructor, in the course: build the labs, make the grader's reference records, and
 # give the gradebook its roster with the students' names (nbgrader's `db student import`,

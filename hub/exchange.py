@@ -164,9 +164,9 @@ class PrivateReleaseFeedback(ExchangeReleaseFeedback):
             if not page.exists():
                 continue
             try:
-                os.chown(page, -1, grp.getgrnam(student).gr_gid)
+                give_to_group(page, student)
                 page.chmod(0o640)
-            except (KeyError, PermissionError) as error:
+            except (KeyError, PermissionError, OSError) as error:
                 page.chmod(0o600)  # closed rather than open to every student
                 self.log.error(
                     "Feedback for %s kept from every student (%s): the instructor must be in "
@@ -174,6 +174,32 @@ class PrivateReleaseFeedback(ExchangeReleaseFeedback):
                     student,
                     error,
                 )
+
+
+def give_to_group(path: Path, group: str) -> None:
+    """`path` (the instructor's) to `group`. A process may give a file only to a group it is
+    in, and a process's groups are those its account had when it started: the instructor's
+    server, started before a student joined the term (`make hub-add-student`), is not in the
+    new student's group, though the account is. Then nbgrader's feedback page is handed over
+    through `sg` (setuid; it reads the groups as they are now and admits a member only)."""
+    import shlex
+    import subprocess
+
+    gid = grp.getgrnam(group).gr_gid
+    try:
+        os.chown(path, -1, gid)
+        return
+    except PermissionError:
+        me = pwd.getpwuid(os.getuid()).pw_name
+        if me not in grp.getgrnam(group).gr_mem or not shutil.which("sg"):
+            raise
+    command = f"chgrp -h -- {gid} {shlex.quote(str(path))}"
+    done = subprocess.run(
+        ["sg", group, "-c", command], stdin=subprocess.DEVNULL, capture_output=True,
+        text=True, timeout=60, start_new_session=True,
+    )  # fmt: skip
+    if done.returncode or os.lstat(path).st_gid != gid:
+        raise PermissionError(f"sg {group}: {done.stderr.strip() or done.returncode}")
 
 
 def handed_in_at(folder: str) -> float:
