@@ -515,8 +515,8 @@ def backup(to: Path | None = None) -> Path:
 
 def restore(source: Path) -> None:
     """A term from `backup`'s archive, on a machine with none: the accounts with their
-    passwords, homes, the exchange (the hand-ins' times kept), the students' environment;
-    `make hub` then resumes it."""
+    passwords, homes, the exchange (the hand-ins' times kept); `make hub` then resumes it,
+    making the accounts' Python of this machine's environment."""
     import tarfile
 
     from hub.exchange import record_times
@@ -550,7 +550,8 @@ def restore(source: Path) -> None:
             tar.extract(member, "/", filter="fully_trusted")  # root's own archive
     course = STATE / "exchange" / state["course_id"]
     record_times(course, meta["handed_in"], state["instructor"])
-    state.update(python=str(user_python(STATE)), pid=None)
+    # the accounts' Python: made by `make hub` as it resumes the term (hub.runtime.user_python)
+    state.update(python=str(STATE / "python" / "bin" / "python"), pid=None)
     STATE_FILE.write_text(json.dumps(state, indent=1))
     STATE_FILE.chmod(0o600)
     print(f"the term of {source} is restored: `make hub` resumes it")

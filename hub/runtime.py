@@ -17,6 +17,7 @@ soupsieve needs, and nbgrader's feedback fails.)
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import os
 import shutil
 import subprocess
@@ -92,14 +93,23 @@ def user_python(state: Path) -> Path:
     of this environment's interpreter and packages, and nothing of the checkout: no link into
     it, no path to it, no editable install of the course. Students' servers and kernels run
     it inside `student_view`, where the checkout does not exist; the instructor's course
-    brings its own graders/ (its nbgrader_config.py puts its folder on the path)."""
+    brings its own graders/ (its nbgrader_config.py puts its folder on the path). Kept for
+    the term, and made anew at the next start after this environment changed (an upgrade
+    writes new files: the copy would keep the old ones)."""
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     bridge = state / "python"
     python = bridge / "bin" / "python"
     lib = bridge / "lib" / f"python{version}"
-    if python.exists():  # made by an earlier start of this term: the hub's modules renewed
+    made_of = bridge / MADE_OF
+    if python.exists() and made_of.is_file() and made_of.read_text() == environment_id():
+        # made by an earlier start of this term, of this environment as it is now: kept,
+        # the hub's modules renewed
         share_hub_modules(lib / "site-packages" / "hub")
         return python
+    if bridge.exists() or (state / "cpython").exists():  # of the environment before an upgrade
+        print("the accounts' Python is made anew: the course's environment changed", flush=True)
+        for old in (bridge, state / "cpython"):
+            shutil.rmtree(old, ignore_errors=True)
     interpreter = _interpreter(state, version)
     site = Path(sysconfig.get_paths()["purelib"])
     (bridge / "bin").mkdir(parents=True)
@@ -132,7 +142,21 @@ def user_python(state: Path) -> Path:
     )
     if not runs_unprivileged(python):
         raise SystemExit(f"the hub's accounts cannot run {python}: see {state}")
+    made_of.write_text(environment_id())
+    made_of.chmod(0o644)
     return python
+
+
+MADE_OF = "environment-id"  # in the accounts' Python: what it was made of (environment_id)
+
+
+def environment_id() -> str:
+    """What the accounts' Python copies: this interpreter's version and every distribution
+    installed in this environment, by name and version (site-packages' *.dist-info), as one
+    hash. An upgrade (`pip install -U`, a new torch) changes it."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    names = sorted(p.name for p in site.glob("*.dist-info"))
+    return hashlib.sha256("\n".join([sys.version, *names]).encode()).hexdigest()
 
 
 def share_hub_modules(package: Path) -> None:
