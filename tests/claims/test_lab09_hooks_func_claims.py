@@ -1053,6 +1053,18 @@ def test_recomputation_refills_saved_tensors_in_the_forwards_graph():
 # ---------------------------------------------------------------- the checks' hints
 
 
+def catalogued_answers():
+    """The variants of this lab's mistake catalogue (solutions/<lab>/mistakes.toml), as
+    objects with .exercise, .why and .code (read here: graders' own reader costs imports)."""
+    import tomllib
+    from types import SimpleNamespace
+
+    from claims import SOLUTIONS
+
+    table = tomllib.loads((SOLUTIONS / LAB / "mistakes.toml").read_text(encoding="utf-8"))
+    return [SimpleNamespace(**v) for v in table["variant"]]
+
+
 def released_check(grade_id: str, answer: str, *before: str) -> str | None:
     """Run the release's cells `before` (by grade id), answer code `answer`, then the released
     visible check `grade_id` (hidden tests stripped) with the release's check helpers; return
@@ -1095,11 +1107,9 @@ def released_check(grade_id: str, answer: str, *before: str) -> str | None:
 def test_segmented_forward_hints_tell_a_cut_graph_from_a_wrong_recomputation(why, says):
     """A graph cut by detach() or no_grad() (gradients missing) is not told to look at the
     recomputation, nor a wrong recomputation (gradients differ) at a cut."""
-    from graders.build.catalogue import catalogue
-
     (code,) = [
         v.code
-        for v in catalogue(LAB)
+        for v in catalogued_answers()
         if v.exercise == "segmented_forward" and v.why.startswith(why)
     ]
     said = released_check("test_segmented_forward", code, "dynamic_net", "distinct_saved_bytes")
@@ -1131,13 +1141,11 @@ def per_use_grads(W, h0, k):
 def test_per_use_grads_hints_tell_a_missing_backward_from_hooks_that_wrote_elsewhere(why, says):
     """Entries left None are told apart by whether a backward pass ran (a gradient reached W):
     'did you call backward()?' only when none did."""
-    from graders.build.catalogue import catalogue
-
     code = PER_USE_NO_BACKWARD
     if why:
         (code,) = [
             v.code
-            for v in catalogue(LAB)
+            for v in catalogued_answers()
             if v.exercise == "per_use_grads" and v.why.startswith(why)
         ]
     said = released_check("test_per_use_grads", code, "dynamic_net")
