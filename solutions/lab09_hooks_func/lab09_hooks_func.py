@@ -12,22 +12,19 @@
 # Until now autograd has been a machine you feed and read: build a graph in the forward pass,
 # call `backward()`, look at `.grad`. This lab opens it in five places:
 #
-# 1. **hooks** on tensors and modules, to watch the gradient of each use of a shared weight
-#    (lab 3 only showed you the sum) and of each sample;
-# 2. **saved-tensor hooks**, to see and measure what a graph keeps in memory for the
-#    backward pass, to store it differently, and a trap they set for lab 4's in-place check;
+# 1. **hooks** on tensors and modules: the gradient of each use of a shared weight (lab 3
+#    only showed you the sum) and of each sample;
+# 2. **saved-tensor hooks**: what a graph keeps in memory for backward, stored differently,
+#    and a trap they set for lab 4's in-place check;
 # 3. your own **`torch.autograd.Function`**, with a backward you write yourself;
-# 4. **activation checkpointing**, which keeps less and recomputes the rest, and how to choose
-#    its segments;
-# 5. **anomaly detection**, which finds the forward line behind a backward error (lab 4's
-#    in-place error).
+# 4. **activation checkpointing**: keep less, recompute the rest, choose the segments;
+# 5. **anomaly detection**: the forward line behind a backward error (lab 4's in-place error).
 #
-# **How this lab works.** Cells marked *exercise* are yours: replace
-# `raise NotImplementedError(...)` with your code. The cell after each exercise is a
-# *check*: run it, and if something is wrong it tells you what, in words. When you submit,
-# the same checks run again with extra hidden cases, so make the code right, not just the
-# printed numbers. Run the notebook top to bottom (*Kernel > Restart and run all*) before
-# you submit.
+# **How this lab works.** Cells marked *exercise* are yours: replace `raise
+# NotImplementedError(...)` with your code. The cell after each exercise is a *check*: run it,
+# and if something is wrong it tells you what, in words. When you submit, the same checks run
+# again with extra hidden cases, so make the code right, not just the printed numbers. Run the
+# notebook top to bottom (*Kernel > Restart and run all*) before you submit.
 
 # %% nbgrader={"locked": true, "grade_id": "setup"}
 # %course-setup
@@ -95,16 +92,14 @@ def randomize(model, generator):
 # `t.register_hook(fn)` asks autograd to call `fn(grad)` when the gradient with respect to
 # `t` has been computed during a backward pass. The hook may look at it, store it, or return a
 # new tensor, which autograd then uses in its place. It returns a *handle*; `handle.remove()`
-# takes the hook off again. (Gradient clipping is not usually written as a hook: training loops
-# call `torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)` after `backward()` and
-# before the optimizer's step, because the norm it clips is that of all the gradients together.)
+# takes the hook off again. (Gradient clipping is no hook: `clip_grad_norm_` runs after
+# `backward()`, because the norm it clips is that of all the gradients together.)
 #
-# Start with lab 3's example: one weight `W` used three times, `h = tanh(W @ h)`. A hook on
-# `W` itself is called **once**, with the gradient already summed over the three uses: the
-# engine adds up everything that flows into a node before it calls the node's hooks. A hook on
-# an **intermediate** tensor sees the gradient of the loss with respect to that tensor; the
-# cell puts one on the hidden state after each step. The hooks fire in backward order, the last
-# step first.
+# Start with lab 3's example: one weight `W` used three times, `h = tanh(W @ h)`. A hook on `W`
+# itself is called **once**, with the gradient already summed over the three uses: the engine adds
+# up everything that flows into a node before it calls the node's hooks. A hook on an
+# **intermediate** tensor sees the gradient of the loss with respect to that tensor; the cell puts
+# one on the hidden state after each step. The hooks fire in backward order, the last step first.
 
 # %%
 W = torch.randn(3, 3, requires_grad=True)
@@ -153,17 +148,31 @@ def per_use_grads(W, h0, k):
 torch.manual_seed(11)
 _W = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
 _h0 = torch.randn(3, 1, dtype=torch.float64)
+_reached_W = []  # filled when a gradient reaches W: a backward pass ran through the uses
+_W.register_hook(_reached_W.append)
 _grads, _err = attempt(per_use_grads, _W, _h0, 3)
 check(
     isinstance(_grads, list) and len(_grads) == 3,
     "per_use_grads(W, h0, 3) should return a list of 3 gradients, one per use of W (the error it "
     f"raised, if any: {_err}); call it in a cell of your own to see what it does.",
 )
+_none = [_i for _i, _g in enumerate(_grads) if _g is None]
+check(
+    not _none or _reached_W,
+    f"some entries are None (here: {_none}), and no gradient reached W: no backward pass ran, so "
+    "no hook fired. Call h.sum().backward() after the k uses.",
+)
+check(
+    not _none,
+    f"some entries are None (here: {_none}), though a backward pass ran: no hook wrote them. "
+    "Hooks run after the loop: a lambda reading the loop variable sees its last value (bind it: "
+    "lambda g, i=i: ...), and a use without a hooked view has no hook.",
+)
 _kind = (_W.shape, _W.dtype)
 check(
     all(isinstance(_g, torch.Tensor) and (_g.shape, _g.dtype) == _kind for _g in _grads),
     "each entry should be a tensor shaped like W, of W's dtype: the gradient a hook received for "
-    "one use (is an entry None? then its hook never fired: did you call backward()?).",
+    "one use.",
 )
 # The gradient of the shared W, and lab 3's copies (one leaf per use), computed here.
 _h = _hc = _h0
@@ -257,14 +266,13 @@ print(
 # %% [markdown]
 # ## 2. What a graph keeps for the backward pass
 #
-# Labs 2 and 4 showed that a graph holds on to tensors until `backward()` frees them: `exp`
-# keeps its output, `a * b` keeps both factors. With
-# `torch.autograd.graph.saved_tensors_hooks(pack, unpack)` you can watch that happen. Inside
-# the `with` block, a tensor an operation saves for backward goes through `pack(t)`, and
-# what `pack` returns is stored instead; when backward needs the tensor, it calls
-# `unpack(stored)`, which should give back the tensor that was saved: same shape, dtype and
-# values. Autograd does not check it (a float64 tensor for a float32 one goes through
-# unnoticed), and gradients are only as exact as what `unpack` returns.
+# Labs 2 and 4 showed that a graph holds on to tensors until `backward()` frees them: `exp` keeps
+# its output, `a * b` keeps both factors. With `torch.autograd.graph.saved_tensors_hooks(pack,
+# unpack)` you can watch that happen. Inside the `with` block, a tensor an operation saves for
+# backward goes through `pack(t)`, and what `pack` returns is stored instead; when backward needs
+# the tensor, it calls `unpack(stored)`, which should give back the tensor that was saved: same
+# shape, dtype and values. Autograd does not check it (a float64 tensor for a float32 one goes
+# through unnoticed), and gradients are only as exact as what `unpack` returns.
 #
 # One kind of saved tensor never reaches `pack`: a Python number. `a * 2` keeps the 2 (its
 # node reads it as a zero-dimensional tensor, `grad_fn._saved_other`), but as a *wrapped
@@ -601,14 +609,13 @@ J = torch.autograd.functional.jacobian(lambda W: x @ W.T, W.detach())  # shape (
 print("and v^T J, J built whole:", torch.allclose(W.grad, torch.einsum("ab,abcd->cd", v, J)))
 
 # %% [markdown]
-# Why `ctx.save_for_backward(x)` and not `ctx.x = x`? A tensor saved through it is a saved
-# tensor like those of section 2: the saved-tensor hooks see it (so packing and checkpointing
-# work on it), and, when no hook is active, lab 4's version check guards it. A tensor stuck on
-# `ctx` as an attribute gets neither: change it in place, and backward computes with the new
-# values without a word. One more tool of `ctx`: `ctx.mark_non_differentiable(t)`, in
-# `setup_context`, declares an output that has no gradient (a mask, say; it comes out with
-# `requires_grad=False`, and backward receives zeros for it), and integer outputs are
-# non-differentiable anyway.
+# Why `ctx.save_for_backward(x)` and not `ctx.x = x`? A tensor saved through it is a saved tensor
+# like those of section 2: the saved-tensor hooks see it (so packing and checkpointing work on
+# it), and, when no hook is active, lab 4's version check guards it. A tensor stuck on `ctx` as an
+# attribute gets neither: change it in place, and backward computes with the new values without a
+# word. One more tool of `ctx`: `ctx.mark_non_differentiable(t)`, in `setup_context`, declares an
+# output that has no gradient (a mask, say; it comes out with `requires_grad=False`, and backward
+# receives zeros for it), and integer outputs are non-differentiable anyway.
 #
 # The example of the exercise is softplus, $\log(1 + e^x)$, a smooth ReLU. Written as it
 # reads, it overflows: in float32, $e^x$ is infinite from some $x$ on (the cell prints where).
@@ -860,9 +867,9 @@ except RuntimeError as error:
 # possible (group `i`: uses `i * depth // segments` up to `(i + 1) * depth // segments`), each
 # in **one** `checkpoint(run, h, ..., use_reentrant=False)` call, `run` applying the group's
 # uses to the `h` it is given; the input and output layers stay outside. For `depth = 0` there
-# is nothing to checkpoint; otherwise `1 <= segments <= depth`.
-# Pass `h` as an argument: backward's recomputation calls `run` again, and must get its own
-# segment's `h`. (`torch.utils.checkpoint.checkpoint_sequential` does something similar for an
+# is nothing to checkpoint; otherwise `1 <= segments <= depth`. Pass `h` as an argument:
+# backward's recomputation calls `run` again, and must get its own segment's `h`.
+# (`torch.utils.checkpoint.checkpoint_sequential` does something similar for an
 # `nn.Sequential`, but runs its last segment without a checkpoint.)
 
 
@@ -912,13 +919,25 @@ check(
 _, _err = attempt(F.nll_loss(_out, _y).backward)
 _handle.remove()
 check(
-    all(
-        _p.grad is not None and torch.allclose(_p.grad, _g, atol=1e-6)
-        for _p, _g in zip(_params, _plain, strict=True)
-    ),
-    "the gradients differ from the plain forward's, or are missing (no torch.no_grad here; "
-    f"backward's error, if any: {_err}). A checkpointed function that reads h from the loop "
-    "instead of its argument recomputes with the last h, not the one of its own segment.",
+    _err is None,
+    f"backward from the output of segmented_forward raised an error (the error: {_err}); call "
+    "it in a cell of your own to see where.",
+)
+_named = list(zip([_n for _n, _ in _net.named_parameters()], _params, _plain, strict=True))
+_missing = [_n for _n, _p, _ in _named if _p.grad is None]
+check(
+    not _missing,
+    f"after backward some parameters have no gradient (here: {', '.join(_missing)}): the graph "
+    "is cut between them and the output (a detach(), .data or torch.no_grad() in "
+    "segmented_forward cuts it).",
+)
+_differ = [_n for _n, _p, _g in _named if not torch.allclose(_p.grad, _g, atol=1e-6)]
+check(
+    not _differ,
+    "the gradients of some parameters differ from the plain forward's (here: "
+    f"{', '.join(_differ)}), though the output is the same: backward recomputed other "
+    "activations than the forward pass had. A checkpointed function must compute from its "
+    "argument alone (one that reads h from the loop recomputes with the last h).",
 )
 check(
     _forward_calls == 4 and len(_calls) - _forward_calls == 4,
@@ -1055,26 +1074,24 @@ show_figure(
 )
 
 # %% [markdown]
-# Read the table. Every segment count reruns each use of the middle layer once (the reruns
-# column equals the depth), so all of them pay about one extra forward pass; what the count
-# changes is memory. The forward keeps one activation per segment (its input) and the last
-# segment's output, and the backward holds one segment's activations on top while it
-# recomputes it: with $k$ segments of a depth $n$, about $k + n/k$ activations, smallest near
-# $k = \sqrt{n}$: the square-root rule of checkpointing (the line under the table gives your
-# minimum). One checkpoint per use ($k = n$) keeps what the plain pass keeps and pays the
-# second forward for nothing.
+# Read the table. Every segment count reruns each use of the middle layer once (the reruns column
+# equals the depth), so all of them pay about one extra forward pass; what the count changes is
+# memory. The forward keeps one activation per segment (its input) and the last segment's output,
+# and the backward holds one segment's activations on top while it recomputes it: with $k$
+# segments of a depth $n$, about $k + n/k$ activations, smallest near $k = \sqrt{n}$: the
+# square-root rule of checkpointing (the line under the table gives your minimum). One checkpoint
+# per use ($k = n$) keeps what the plain pass keeps and pays the second forward for nothing.
 #
 # ### Checkpointing a dynamic graph
 #
-# A checkpointed segment runs twice, and so does every draw inside it. `checkpoint` saves
-# torch's random state and restores it for the recomputation (dropout draws the same mask
-# again), but not Python's `random`, which `DynamicNet` draws its depth from. A depth or a
-# scale drawn inside the segment is drawn anew when backward recomputes it: where the
-# recomputation saves other tensors, backward raises a `CheckpointError`; where it saves
-# tensors of the same shapes, the gradient is computed from activations the forward pass
-# never had, without a word. (Some draws still come out right: the recomputation only refills
-# saved tensors; the graph is the forward's own.) So draw outside the segment and pass the
-# draw in, as exercise 4 passes the depth. Twenty seeds each way:
+# A checkpointed segment runs twice, and so does every draw inside it. `checkpoint` saves torch's
+# random state and restores it for the recomputation (dropout draws the same mask again), but not
+# Python's `random`, which `DynamicNet` draws its depth from. A depth or a scale drawn inside the
+# segment is drawn anew when backward recomputes it: where the recomputation saves other tensors,
+# backward raises a `CheckpointError`; where it saves tensors of the same shapes, the gradient is
+# computed from activations the forward pass never had, without a word. (Some draws still come out
+# right: the recomputation only refills saved tensors; the graph is the forward's own.) So draw
+# outside the segment and pass the draw in, as exercise 4 passes the depth. Twenty seeds each way:
 
 # %%
 layer, x8 = nn.Linear(8, 8), torch.randn(4, 8)
@@ -1090,21 +1107,14 @@ def drawn_inside(h, rng):  # Python's random decides inside the segment
     return drawn_outside(h, rng.randint(1, 3), rng.uniform(0.5, 1.5))
 
 
-def passed_in(h, rng):
-    return checkpoint(
-        drawn_outside, h, rng.randint(1, 3), rng.uniform(0.5, 1.5), use_reentrant=False
-    )
-
-
-def weight_grad(out):
-    return torch.autograd.grad(out.sum(), layer.weight)[0]
-
-
+weight_grad = lambda out: torch.autograd.grad(out.sum(), layer.weight)[0]  # noqa: E731
 for name, run in {
     "drawn inside the checkpoint": lambda h, rng: checkpoint(
         drawn_inside, h, rng, use_reentrant=False
     ),
-    "drawn outside, passed in": passed_in,
+    "drawn outside, passed in": lambda h, rng: checkpoint(
+        drawn_outside, h, rng.randint(1, 3), rng.uniform(0.5, 1.5), use_reentrant=False
+    ),
 }.items():
     outcomes = dict.fromkeys(["right gradient", "WRONG gradient, no error", "CheckpointError"], 0)
     for seed in range(20):
@@ -1119,11 +1129,10 @@ for name, run in {
 # %% [markdown]
 # ## 5. Which forward line broke the backward pass?
 #
-# Lab 4's version-counter error says *what* went wrong, and even names the operation whose
-# saved output was changed (`Tanh` below; `TanhBackward0` on torch 2.10), but not *where* in
-# your code: the error is raised in `backward()`, long after the forward line that caused it
-# ran. Here is lab 4's broken
-# function, hidden in a small helper as it would be in a real model:
+# Lab 4's version-counter error says *what* went wrong, and even names the operation whose saved
+# output was changed (`Tanh` below; `TanhBackward0` on torch 2.10), but not *where* in your code:
+# the error is raised in `backward()`, long after the forward line that caused it ran. Here is lab
+# 4's broken function, hidden in a small helper as it would be in a real model:
 
 
 # %%
@@ -1284,7 +1293,6 @@ observe(
 # * A custom `autograd.Function`: `forward`, `setup_context` with `ctx.save_for_backward`, a
 #   `backward` that returns a vector-Jacobian product per input; `gradcheck` tests it.
 # * Checkpointing each layer alone saves nothing; about the square root of the depth in
-#   segments saves the most, for one extra forward pass.
-# * `detect_anomaly()` turns a backward error into a forward line, through a warning.
-#
-# Lab 10: forward mode and `torch.func` (gradients as functions, `vmap`, Hessian products).
+#   segments saves the most, for one extra forward pass. Draw a depth outside the segment.
+# * `detect_anomaly()` turns a backward error into a forward line, through a warning. Next, lab
+#   10: forward mode and `torch.func` (gradients as functions, `vmap`, Hessian products).

@@ -123,7 +123,15 @@ check(
 )
 _x = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)
 _v = torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64)
-_result, _error = attempt(jvp_dual, lambda t: t.sin() * t, _x, _v)
+_f_got_dual = []  # for each call of f: was its input a dual tensor with a tangent?
+
+
+def _f(t):
+    _f_got_dual.append(fwAD.unpack_dual(t).tangent is not None)
+    return t.sin() * t
+
+
+_result, _error = attempt(jvp_dual, _f, _x, _v)
 check(
     _error is None,
     f"jvp_dual(f, x, v) for f(x) = sin(x) x raised an error (the error: {_error}); call it in a "
@@ -135,10 +143,16 @@ check(
 )
 _out, _jv = _result
 check(
+    _jv is not None or any(_f_got_dual),
+    "jvp_dual(f, x, v): the tangent is None, and f was called on a plain tensor only, one "
+    "without a tangent: make x dual with fwAD.make_dual(x, v) inside the dual level, and call f "
+    "on that dual tensor.",
+)
+check(
     _jv is not None,
-    "jvp_dual(f, x, v): the tangent is None. Either f ran on the plain x instead of the dual "
-    "tensor, or the result was unpacked after the dual level ended: make x dual with "
-    "fwAD.make_dual(x, v), call f on that, and unpack inside the with block.",
+    "jvp_dual(f, x, v): the tangent is None, though f was called on a dual tensor: f's output "
+    "had no tangent where it was unpacked. A tangent lives only inside its dual level: unpack "
+    "f's output inside the with block.",
 )
 check(
     all(isinstance(_t, torch.Tensor) and _t.shape == _x.shape for _t in _result)
@@ -675,13 +689,57 @@ def _f(t):
 
 _x = torch.randn(4, dtype=torch.float64, generator=_gen)
 _v = torch.randn(4, dtype=torch.float64, generator=_gen)
-_hv, _error = attempt(hvp, _f, _x, _v)
+# What hvp did, read on the way: the tensors f was called on, and the calls of
+# torch.autograd.grad (create_graph or not, a graph behind the outputs or not).
+_f_inputs, _grad_calls, _real_grad = [], [], torch.autograd.grad
+
+
+def _f_seen(t):
+    _f_inputs.append(t.requires_grad and torch.is_grad_enabled())
+    return _f(t)
+
+
+def _grad_seen(outputs, inputs, *args, **kwargs):
+    _outs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
+    _made = kwargs.get("create_graph", args[2] if len(args) > 2 else False)
+    _grad_calls.append((all(o.requires_grad for o in _outs), bool(_made)))
+    return _real_grad(outputs, inputs, *args, **kwargs)
+
+
+torch.autograd.grad = _grad_seen
+try:
+    _hv, _error = attempt(hvp, _f_seen, _x, _v)
+finally:
+    torch.autograd.grad = _real_grad
+# torch's two kinds of message: a gradient OF a tensor without a graph ("element 0 of tensors
+# does not require grad and does not have a grad_fn"), or WITH RESPECT TO a tensor outside the
+# graph ("One of the differentiated Tensors does not require grad", or a differentiated Tensor
+# that "appears to not have been used in the graph")
+_no_graph = _error is not None and "does not have a grad_fn" in _error
 check(
-    _error is None or "does not require grad" not in _error,
-    "hvp(f, x, v) raised an error that a tensor does not require grad: one of its two gradients "
-    "was of a tensor without a graph. Either xl does not require grad (make it with "
-    "x.detach().requires_grad_()) or g was computed without create_graph=True, which makes it "
-    "a constant.",
+    _error is None or "differentiated Tensor" not in _error,
+    "hvp(f, x, v) raised an error that one of the tensors it differentiates with respect to does "
+    "not require grad or was not used: take both gradients with respect to the leaf xl that f "
+    "was called on, xl = x.detach().requires_grad_().",
+)
+check(
+    not _no_graph or all(_f_inputs),
+    "hvp(f, x, v) raised an error that it asked for the gradient of a tensor without a graph, and "
+    "f was called on a tensor that does not require grad (or with gradients switched off): call "
+    "f on the leaf xl = x.detach().requires_grad_(), outside torch.no_grad().",
+)
+check(
+    not _no_graph or len(_grad_calls) < 2 or _grad_calls[1][0] or _grad_calls[0][1],
+    "hvp(f, x, v) raised an error that it asked for the gradient of a tensor without a graph: "
+    "the first torch.autograd.grad ran without create_graph=True, so its gradient g is a "
+    "constant, and (g * v).sum() has no graph for the second gradient.",
+)
+check(
+    not _no_graph,
+    "hvp(f, x, v) raised an error that it asked for the gradient of a tensor without a graph, "
+    "though f was called on a tensor that requires grad. g keeps a graph only when the first "
+    "gradient is taken with create_graph=True (by torch.autograd.grad or backward) and g is not "
+    "detached afterwards.",
 )
 check(
     _error is None,
@@ -954,6 +1012,28 @@ check(
     f"Softsign.apply(x) raised an error (the error: {_error}), and forward takes more than one "
     "argument: with a setup_context, forward takes x alone (no ctx).",
 )
+
+
+class _SavesSeen:
+    """A stand-in ctx for one direct call of setup_context: what it was asked to save."""
+
+    def __init__(self):
+        self.saved = []
+
+    def save_for_backward(self, *tensors):
+        self.saved += tensors
+
+    save_for_forward = save_for_backward
+
+
+_ctx = _SavesSeen()
+_run(Softsign.setup_context, _ctx, (_x,), _want_s)
+check(
+    _error is None or all(isinstance(_t, torch.Tensor) for _t in _ctx.saved),
+    "Softsign.apply(x) raised an error, and setup_context asks ctx to save something that is "
+    f"not a tensor (a {', '.join(sorted({type(_t).__name__ for _t in _ctx.saved}))}): inputs is "
+    "the tuple of forward's arguments, so unpack it, (x,) = inputs, and save x.",
+)
 check(
     _error is None,
     f"Softsign.apply(x) raised an error (the error: {_error}); call it in a cell of your own "
@@ -1021,6 +1101,13 @@ check(
     "torch.func.jvp(Softsign.apply, ...) raised ValueError: not enough values to unpack: "
     "ctx.saved_tensors held fewer tensors than unpacked. In jvp it holds only what "
     "setup_context saved with ctx.save_for_forward.",
+)
+check(
+    _error is None or not _error.startswith("NotImplementedError"),
+    "torch.func.jvp(Softsign.apply, ...) raised NotImplementedError, though Softsign has a jvp "
+    "staticmethod of its own: that jvp, or what it calls (autograd.Function's own jvp, "
+    "super().jvp, only raises this), raised it. jvp must return the tangent itself: x_tangent "
+    "times s'(x).",
 )
 check(
     _error is None,

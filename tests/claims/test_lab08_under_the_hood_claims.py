@@ -558,3 +558,72 @@ def test_graph_breaks_log_no_warning_but_the_recompile_limit_does(capsys):
     seen = warnings_logged(lambda: [compiled(torch.ones(2), n) for n in range(limit + 2)])
     assert any("recompile_limit" in r.getMessage() for r in seen)
     assert all(r.name.startswith("torch._dynamo") for r in seen)
+
+
+# ---------------------------------------------------------------- the checks' hints
+
+
+def catalogued_answers():
+    """The variants of this lab's mistake catalogue (solutions/<lab>/mistakes.toml), as
+    objects with .exercise, .why and .code (read here: graders' own reader costs imports)."""
+    import tomllib
+    from types import SimpleNamespace
+
+    from claims import SOLUTIONS
+
+    table = tomllib.loads((SOLUTIONS / LAB / "mistakes.toml").read_text(encoding="utf-8"))
+    return [SimpleNamespace(**v) for v in table["variant"]]
+
+
+def test_matmul_shape_error_is_told_as_shapes_that_do_not_fit():
+    """A matmul closure without its transposes raises numpy's ValueError; the released check
+    says so in words (its text alone, not in the judge's list, reaches graded feedback as
+    'ValueError: …'), and a right closure passes."""
+    import ast
+    import contextlib
+    import itertools
+    import json
+    import math
+    import os
+    import re
+
+    import numpy as np
+    from claims import REPO
+
+    cells = {
+        c["metadata"].get("nbgrader", {}).get("grade_id"): "".join(c["source"])
+        for c in json.loads((REPO / "labs" / LAB / f"{LAB}.ipynb").read_text())["cells"]
+    }
+    names = {"check", "defined", "attempt", "CheckFailed", "_cell_frames"}
+    helpers = [
+        node
+        for node in ast.parse(cells["setup"]).body
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name in names
+    ]
+
+    def said(answer: str) -> str | None:
+        namespace = {"np": np, "torch": torch, "contextlib": contextlib, "math": math}
+        namespace.update(itertools=itertools, inspect=inspect, os=os, re=re)
+        exec(compile(ast.Module(body=helpers, type_ignores=[]), "setup", "exec"), namespace)
+        for code in (cells["engine"], cells["elementwise_ops"], answer):
+            exec(code, namespace)
+        # the helpers that the test cell of exercise 1 defines (_torch_grads, _same), not its checks
+        defs = [
+            n
+            for n in ast.parse(cells["test_elementwise_ops"]).body
+            if isinstance(n, ast.FunctionDef)
+        ]
+        exec(compile(ast.Module(body=defs, type_ignores=[]), "checks", "exec"), namespace)
+        try:
+            exec(cells["test_matrix_ops"], namespace)
+        except namespace["CheckFailed"] as failed:
+            return str(failed)
+        return None
+
+    with pytest.raises(ValueError, match="mismatch in its core dimension"):
+        np.ones((3, 4)) @ np.ones((2, 4))
+    variants = {v.why: v.code for v in catalogued_answers() if v.exercise == "matrix_ops"}
+    wrong = variants["matmul without the transposes: shapes do not match (an error)"]
+    assert "the closure raised a ValueError, arrays whose shapes do not fit" in said(wrong)
+    right = [c for w, c in variants.items() if w.startswith("np.broadcast_to for total")]
+    assert said(right[0]) is None

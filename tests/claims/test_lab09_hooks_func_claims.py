@@ -82,9 +82,8 @@ def test_handle_remove():
 
 @claim(
     LAB,
-    "training loops call `torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)` after "
-    "`backward()` and before the optimizer's step, because the norm it clips is that of all the "
-    "gradients together.",
+    "Gradient clipping is no hook: `clip_grad_norm_` runs after `backward()`, because the norm it "
+    "clips is that of all the gradients together.",
 )
 def test_clip_grad_norm_clips_the_norm_of_all_gradients():
     a, b = torch.zeros(2, requires_grad=True), torch.zeros(2, requires_grad=True)
@@ -1049,3 +1048,105 @@ def test_recomputation_refills_saved_tensors_in_the_forwards_graph():
     got = torch.autograd.grad(checkpoint(scaled, x, use_reentrant=False).sum(), layer.weight)[0]
     expected = torch.autograd.grad((torch.tanh(layer(x)) * 2.0).sum(), layer.weight)[0]
     assert torch.allclose(got, expected)  # the graph's own factor 2, not the rerun's 5
+
+
+# ---------------------------------------------------------------- the checks' hints
+
+
+def catalogued_answers():
+    """The variants of this lab's mistake catalogue (solutions/<lab>/mistakes.toml), as
+    objects with .exercise, .why and .code (read here: graders' own reader costs imports)."""
+    import tomllib
+    from types import SimpleNamespace
+
+    from claims import SOLUTIONS
+
+    table = tomllib.loads((SOLUTIONS / LAB / "mistakes.toml").read_text(encoding="utf-8"))
+    return [SimpleNamespace(**v) for v in table["variant"]]
+
+
+def released_check(grade_id: str, answer: str, *before: str) -> str | None:
+    """Run the release's cells `before` (by grade id), answer code `answer`, then the released
+    visible check `grade_id` (hidden tests stripped) with the release's check helpers; return
+    the sentence of the check that stopped it, or None when every check passed."""
+    import ast
+    import json
+
+    from claims import REPO
+
+    cells = {
+        c["metadata"].get("nbgrader", {}).get("grade_id"): "".join(c["source"])
+        for c in json.loads((REPO / "labs" / LAB / f"{LAB}.ipynb").read_text())["cells"]
+    }
+    names = {"check", "defined", "attempt", "CheckFailed", "_cell_frames"}
+    helpers = [
+        node
+        for node in ast.parse(cells["setup"]).body
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name in names
+    ]
+    namespace = {"torch": torch, "F": F, "nn": nn, "random": random, "checkpoint": checkpoint}
+    namespace.update(os=__import__("os"), re=__import__("re"))
+    exec(compile(ast.Module(body=helpers, type_ignores=[]), "setup", "exec"), namespace)
+    for code in [*(cells[b] for b in before), answer]:
+        exec(code, namespace)
+    try:
+        exec(cells[grade_id], namespace)
+    except namespace["CheckFailed"] as failed:
+        return str(failed)
+    return None
+
+
+@pytest.mark.parametrize(
+    "why, says",
+    [
+        ("detaches the input layer's output", "some parameters have no gradient"),
+        ("saves memory with torch.no_grad() instead", "some parameters have no gradient"),
+        ("the checkpointed function reads h from the loop", "recomputed other activations"),
+    ],
+)
+def test_segmented_forward_hints_tell_a_cut_graph_from_a_wrong_recomputation(why, says):
+    """A graph cut by detach() or no_grad() (gradients missing) is not told to look at the
+    recomputation, nor a wrong recomputation (gradients differ) at a cut."""
+    (code,) = [
+        v.code
+        for v in catalogued_answers()
+        if v.exercise == "segmented_forward" and v.why.startswith(why)
+    ]
+    said = released_check("test_segmented_forward", code, "dynamic_net", "distinct_saved_bytes")
+    assert said and says in said, said
+    other = {"some parameters have no gradient", "recomputed other activations"} - {says}
+    assert not any(o in said for o in other), said
+
+
+PER_USE_NO_BACKWARD = """
+def per_use_grads(W, h0, k):
+    grads = [None] * k
+    h = h0
+    for i in range(k):
+        W_i = W.view_as(W)
+        W_i.register_hook(lambda g, i=i: grads.__setitem__(i, g))
+        h = torch.tanh(W_i @ h)
+    return grads
+"""
+
+
+@pytest.mark.parametrize(
+    "why, says",
+    [
+        ("late binding", "though a backward pass ran: no hook wrote them"),
+        ("off by one: the first use multiplies by W itself", "though a backward pass ran"),
+        (None, "no gradient reached W: no backward pass ran"),
+    ],
+)
+def test_per_use_grads_hints_tell_a_missing_backward_from_hooks_that_wrote_elsewhere(why, says):
+    """Entries left None are told apart by whether a backward pass ran (a gradient reached W):
+    'did you call backward()?' only when none did."""
+    code = PER_USE_NO_BACKWARD
+    if why:
+        (code,) = [
+            v.code
+            for v in catalogued_answers()
+            if v.exercise == "per_use_grads" and v.why.startswith(why)
+        ]
+    said = released_check("test_per_use_grads", code, "dynamic_net")
+    assert said and says in said, said

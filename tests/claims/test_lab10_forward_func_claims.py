@@ -503,16 +503,23 @@ def test_create_graph_records_the_backward_pass():
 
 @claim(
     LAB,
-    "x.detach().requires_grad_()) or g was computed without create_graph=True, which makes it",
+    "the first torch.autograd.grad ran without create_graph=True, so its gradient g is a",
 )
 def test_without_create_graph_the_second_grad_raises():
+    """And the two kinds of message the hvp check tells apart: a gradient OF a tensor without a
+    graph ('does not have a grad_fn'), or WITH RESPECT TO one outside the graph ('differentiated
+    Tensor')."""
     xl = X.clone().requires_grad_()
     (g,) = torch.autograd.grad((xl**3).sum(), xl)
     assert g.grad_fn is None and not g.requires_grad  # a constant
-    with pytest.raises(RuntimeError, match="does not require grad"):
+    with pytest.raises(RuntimeError, match="does not have a grad_fn"):
         torch.autograd.grad((g * V).sum(), xl)
-    with pytest.raises(RuntimeError, match="does not require grad"):  # xl without a graph
+    with pytest.raises(RuntimeError, match="does not have a grad_fn"):  # xl without a graph
         torch.autograd.grad((X.detach() ** 3).sum(), X.detach())
+    with pytest.raises(RuntimeError, match="One of the differentiated Tensors does not require"):
+        torch.autograd.grad((xl**3).sum(), X)
+    with pytest.raises(RuntimeError, match="differentiated Tensor.* not have been used"):
+        torch.autograd.grad((xl**3).sum(), [xl, X.clone().requires_grad_()])
 
 
 @claim(
@@ -798,3 +805,181 @@ def test_vmapping_the_parameters_too_is_a_size_error():
         torch.func.vmap(torch.func.grad(loss_one))(params, xs, ys)
     shared = torch.func.vmap(torch.func.grad(loss_one), in_dims=(None, 0, 0))(params, xs, ys)
     assert shared["input_linear.weight"].shape == (6, 5, 3)
+
+
+# ---------------------------------------------------------------- the checks' hints
+
+
+def catalogued_answers():
+    """The variants of this lab's mistake catalogue (solutions/<lab>/mistakes.toml), as
+    objects with .exercise, .why and .code (read here: graders' own reader costs imports)."""
+    import tomllib
+    from types import SimpleNamespace
+
+    from claims import SOLUTIONS
+
+    table = tomllib.loads((SOLUTIONS / LAB / "mistakes.toml").read_text(encoding="utf-8"))
+    return [SimpleNamespace(**v) for v in table["variant"]]
+
+
+def released_check(grade_id: str):
+    """Run answer `code` and then the released visible check `grade_id` of lab 10 (the cell the
+    student runs, hidden tests stripped) with the release's check helpers; return the sentence
+    of the check that stopped it, or None when every check passed."""
+    import ast
+    import json
+
+    from claims import REPO
+
+    cells = {
+        c["metadata"].get("nbgrader", {}).get("grade_id"): "".join(c["source"])
+        for c in json.loads((REPO / "labs" / LAB / f"{LAB}.ipynb").read_text())["cells"]
+    }
+    helpers = [
+        node
+        for node in ast.parse(cells["setup"]).body
+        if isinstance(node, ast.FunctionDef | ast.ClassDef)
+        and node.name in {"check", "defined", "attempt", "CheckFailed", "_cell_frames"}
+    ]
+
+    def run(code: str):
+        namespace = {
+            "torch": torch,
+            "F": F,
+            "nn": nn,
+            "os": __import__("os"),
+            "re": __import__("re"),
+            "fwAD": fwAD,
+        }
+        exec(compile(ast.Module(body=helpers, type_ignores=[]), "setup", "exec"), namespace)
+        exec(code, namespace)
+        try:
+            exec(cells[grade_id], namespace)
+        except namespace["CheckFailed"] as failed:
+            return str(failed)
+        return None
+
+    return run
+
+
+def catalogued(exercise: str, why: str) -> str:
+    """The code of lab 10's catalogued answer to `exercise` whose `why` starts so."""
+    (code,) = [
+        v.code for v in catalogued_answers() if v.exercise == exercise and v.why.startswith(why)
+    ]
+    return code
+
+
+HVP = """
+def hvp(f, x, v):
+    xl = {leaf}
+    {first}
+    (hv,) = torch.autograd.grad(({g} * v).sum(), {wrt})
+    return hv
+"""
+HVP_OK = {
+    "leaf": "x.detach().requires_grad_()",
+    "first": "(g,) = torch.autograd.grad(f(xl), xl, create_graph=True)",
+    "g": "g",
+    "wrt": "xl",
+}
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        ({}, None),
+        (
+            {"first": "(g,) = torch.autograd.grad(f(xl), xl)"},
+            "the first torch.autograd.grad ran without create_graph=True",
+        ),
+        ({"leaf": "x.detach()"}, "f was called on a tensor that does not require grad"),
+        (
+            {"first": "f(xl).backward()\n    g = xl.grad"},
+            "though f was called on a tensor that requires grad",
+        ),
+        ({"g": "g.detach()"}, "though f was called on a tensor that requires grad"),
+        (
+            {"first": "(g,) = torch.autograd.grad(f(xl), x, create_graph=True)"},
+            "one of the tensors it differentiates with respect to does not require grad",
+        ),
+        (
+            {"wrt": "x.detach().requires_grad_()"},  # a new leaf, which f never saw
+            "one of the tensors it differentiates with respect to does not require grad",
+        ),
+    ],
+)
+def test_hvp_hints_name_the_cause_the_check_saw(change, says):
+    """Each hvp error is told by what the check saw (f's input, the calls of autograd.grad),
+    never a guess between causes: PyTorch's message alone is the same for several."""
+    said = released_check("test_hvp")(HVP.format(**{**HVP_OK, **change}))
+    assert said == says or (says and said and says in said), said
+    for other in (
+        "the first torch.autograd.grad ran without create_graph=True",
+        "f was called on a tensor that does not require grad",
+        "though f was called on a tensor that requires grad",
+        "one of the tensors it differentiates",
+    ):
+        assert not said or other in says or other not in said, said
+
+
+@pytest.mark.parametrize(
+    "answer, says",
+    [
+        (
+            catalogued("softsign", "saves x with save_for_backward only"),
+            "In jvp it holds only what setup_context saved with ctx.save_for_forward",
+        ),
+        (
+            lambda: lab_source_of_softsign().replace("        ctx.save_for_backward(x)\n", ""),
+            "and setup_context saved no tensor for backward",
+        ),
+        (
+            lambda: lab_source_of_softsign().replace("(x,) = inputs", "x = inputs"),
+            "setup_context asks ctx to save something that is not a tensor (a tuple)",
+        ),
+        (
+            catalogued("softsign", "a jvp staticmethod that hands over to the inherited"),
+            "raised NotImplementedError, though Softsign has a jvp staticmethod of its own",
+        ),
+        (catalogued("softsign", "lab 9's style, forward(ctx, x)"), "has no setup_context"),
+    ],
+)
+def test_softsign_hints_name_the_cause_the_check_saw(answer, says):
+    """A Softsign with forward(x) and a setup_context that forgets save_for_backward is told
+    so, not to write the setup_context it has; one that saves the tuple `inputs`, or whose
+    jvp raises NotImplementedError, is told what the check saw, not PyTorch's message alone
+    (which graded feedback shows as 'AssertionError: …')."""
+    said = released_check("test_softsign")(answer() if callable(answer) else answer)
+    assert said and says in said, said
+    assert "without ctx, and setup_context" not in said or "has no setup_context" in says
+
+
+def lab_source_of_softsign() -> str:
+    """The lab's own Softsign (its solution), as text."""
+    import ast
+
+    from claims import SOLUTIONS
+
+    source = (SOLUTIONS / LAB / f"{LAB}.py").read_text(encoding="utf-8")
+    (node,) = [n for n in ast.parse(source).body if getattr(n, "name", None) == "Softsign"]
+    return ast.get_source_segment(source, node)
+
+
+@pytest.mark.parametrize(
+    "why, says",
+    [
+        ("makes the dual tensor but calls f on the plain x", "f was called on a plain tensor only"),
+        ("unpacks f's output after the with block", "though f was called on a dual tensor"),
+    ],
+)
+def test_jvp_dual_hints_tell_a_plain_f_from_a_late_unpack(why, says):
+    """Both give a tangent of None; the check tells them apart by what f was called on."""
+    said = released_check("test_jvp_dual")(catalogued("jvp_dual", why))
+    assert said and says in said, said
+    assert "Either" not in said, said
+
+
+def test_the_inherited_jvp_only_raises():
+    with pytest.raises(NotImplementedError, match="You must implement the jvp function"):
+        torch.autograd.Function.jvp(None, torch.ones(2))
