@@ -1120,12 +1120,20 @@ def test_the_scalers_state_dict_keeps_its_scale():
 
 @claim(
     LAB,
-    "A custom `autograd.Function` that must run in `float32` takes "
-    '`@torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)` on its `forward` and '
-    '`@torch.amp.custom_bwd(device_type="cpu")` on its `backward`, in lab 9\'s older style, '
+    "A custom `autograd.Function` that must run in `float32` takes `custom_fwd` (with "
+    "`cast_inputs`) and `custom_bwd`, as the cell's `Exp` does, in lab 9's older style, "
     "`forward(ctx, x)`: with a `setup_context`, the backward fails (torch 2.10 to 2.15).",
 )
 def test_custom_fwd_and_custom_bwd_need_the_older_style():
+    # the lab's Exp: exp computed in float32 under a float16 autocast, and its backward runs
+    exp = lab_class(LAB, "Exp")
+    x = torch.randn(4, 3, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.float16):
+        hidden = x @ torch.eye(3)
+        out = exp.apply(hidden)
+    assert (hidden.dtype, out.dtype) == (torch.float16, torch.float32)
+    out.sum().backward()  # after the block
+    assert torch.allclose(x.grad, hidden.float().exp(), rtol=1e-2)
     seen = []
 
     class Older(torch.autograd.Function):
