@@ -325,11 +325,11 @@ print("after the block: layer.weight", layer.weight.dtype, "| its .grad", layer.
 # $2^{-126}$, so it underflows sooner than `float32` only below that (its subnormals stop at
 # $2^{-133}$, those of `float32` at $2^{-149}$). `float16` has more digits but a tiny range: its
 # smallest positive number is $2^{-24} \approx 6 \cdot 10^{-8}$, and anything below half of it
-# rounds to 0. Gradients are that small late in training, when the residuals are. The cell measures
-# it on a small network whose residuals are about a thousandth, with `float16` autocast (which this
-# CPU runs too; on a GPU the same code runs with `"cuda"`): for each way of running the backward
-# pass, the fraction of gradient entries that are exactly 0 although the `float32` gradient is not,
-# the underflowed ones.
+# rounds to 0. Gradients are often that small late in training, when the residuals are small. The
+# cell measures it on a small network whose residuals are about a thousandth, with `float16`
+# autocast (which this CPU runs too; on a GPU the same code runs with `"cuda"`): for each way of
+# running the backward pass, the fraction of gradient entries that are 0 although in `float32` they
+# are not.
 
 
 # %%
