@@ -253,6 +253,27 @@ def test_xlogx_solution_at_tiny_x_and_eps_clamp():
     assert g[2] == 0
 
 
+@claim(LAB, "the factor x in front of log(x) passes no gradient to x")
+def test_xlogx_with_its_factor_x_detached_has_gradient_one():
+    """x.detach() * log(x): the product rule's x * (1/x) = 1 alone, at every x > 0 (the check
+    on 0.5, 1 and 3 said "a clamp or an eps" for it before, reading 1e-30 first)."""
+    x = torch.tensor([1e-30, 0.5, 1.0, 3.0], dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad((x.detach() * x.log()).sum(), x)
+    assert torch.allclose(g, torch.ones_like(g))
+
+
+@claim(LAB, "the log(x) factor passes no gradient to x (detached?)")
+def test_xlogx_with_its_log_detached_lacks_the_plus_one_and_an_eps_differs_only_near_0():
+    x = torch.tensor([1e-30, 0.5, 1.0, 3.0], dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad((x * x.log().detach()).sum(), x)
+    assert torch.allclose(g, x.detach().log())
+    # a clamp or an eps: right at 0.5, 1 and 3, the check's points away from 0; wrong at 1e-30
+    for near_0 in (lambda t: t.clamp(min=1e-12), lambda t: t + 1e-12):
+        (g,) = torch.autograd.grad((x * near_0(x).log()).sum(), x)
+        assert torch.allclose(g[1:], x.detach()[1:].log() + 1)
+        assert abs(g[0].item() - (math.log(1e-30) + 1)) > 40
+
+
 # ---------------------------------------------------------------- 2. non-smooth points
 
 
@@ -448,6 +469,28 @@ def test_clip_sees_scaled_gradients():
     scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
     scaler.scale(net(torch.tensor([[3.0, 4.0]])).sum()).backward()
     assert nn.utils.clip_grad_norm_(net.parameters(), 1.0).item() == pytest.approx(5 * 1024)
+
+
+@claim(
+    LAB, "(scale 1024) does not overflow float16: was the loss scaled by another scaler, or twice?"
+)
+def test_the_amp_checks_scale_does_not_overflow_a_fresh_scalers_does():
+    """The model and batch of amp_step's check: scaled by 1024 its float16 gradients are finite;
+    by a fresh GradScaler's 65536, or by 1024 twice, they overflow."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    x, y = 4 * torch.randn(8, 3), torch.randn(8, 1)
+
+    def norm(scale):
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = F.mse_loss(model(x), y)
+        (loss * scale).backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()
+
+    assert torch.amp.GradScaler("cpu").get_scale() == 65536.0
+    assert math.isfinite(norm(1024.0))
+    assert not math.isfinite(norm(65536.0)) and not math.isfinite(norm(1024.0**2))
 
 
 # ---------------------------------------------------------------- 4. hygiene
@@ -790,6 +833,37 @@ def test_custom_op_without_autograd_raises_on_backward():
         op(torch.randn(3, requires_grad=True)).sum().backward()
 
 
+def op_with_setup(name, setup):
+    @torch.library.custom_op(f"lab11claims::{name}", mutates_args=())
+    def op(x: torch.Tensor) -> torch.Tensor:
+        return softplus_kernel(x)
+
+    op.register_fake(lambda x: torch.empty_like(x))
+    op.register_autograd(
+        lambda ctx, g: g * torch.sigmoid(ctx.saved_tensors[0]), setup_context=setup
+    )
+    return op
+
+
+@claim(LAB, "tried to save a tuple for backward")
+def test_a_setup_context_that_saves_its_inputs_tuple():
+    op = op_with_setup("saves_a_tuple", lambda ctx, inputs, output: ctx.save_for_backward(inputs))
+    x = torch.randn(3, dtype=torch.float64)
+    assert torch.allclose(op(x), F.softplus(x))  # setup_context does not run without grad
+    with pytest.raises(TypeError, match="of type tuple"):  # the check's words
+        op(x.requires_grad_())
+
+
+@claim(LAB, "setup_context(ctx, inputs, output) runs only then.")
+def test_a_setup_context_with_two_arguments_raises_only_with_grad():
+    op = op_with_setup("two_arguments", lambda ctx, x: ctx.save_for_backward(x))
+    x = torch.randn(3, dtype=torch.float64)
+    assert torch.allclose(op(x), F.softplus(x))
+    with pytest.raises(TypeError) as raised:
+        op(x.requires_grad_())
+    assert "of type tuple" not in str(raised.value)  # not the check above: no tuple named
+
+
 # ---------------------------------------------------------------- 6. AOTAutograd
 
 
@@ -1046,12 +1120,20 @@ def test_the_scalers_state_dict_keeps_its_scale():
 
 @claim(
     LAB,
-    "A custom `autograd.Function` that must run in `float32` takes "
-    '`@torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)` on its `forward` and '
-    '`@torch.amp.custom_bwd(device_type="cpu")` on its `backward`, in lab 9\'s older style, '
+    "A custom `autograd.Function` that must run in `float32` takes `custom_fwd` (with "
+    "`cast_inputs`) and `custom_bwd`, as the cell's `Exp` does, in lab 9's older style, "
     "`forward(ctx, x)`: with a `setup_context`, the backward fails (torch 2.10 to 2.15).",
 )
 def test_custom_fwd_and_custom_bwd_need_the_older_style():
+    # the lab's Exp: exp computed in float32 under a float16 autocast, and its backward runs
+    exp = lab_class(LAB, "Exp")
+    x = torch.randn(4, 3, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.float16):
+        hidden = x @ torch.eye(3)
+        out = exp.apply(hidden)
+    assert (hidden.dtype, out.dtype) == (torch.float16, torch.float32)
+    out.sum().backward()  # after the block
+    assert torch.allclose(x.grad, hidden.float().exp(), rtol=1e-2)
     seen = []
 
     class Older(torch.autograd.Function):
