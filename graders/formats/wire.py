@@ -35,6 +35,8 @@ class Course(TypedDict):
     files: dict[str, dict[str, bytes]]
     # the solution's times (graders.formats.references.times), for the per-notebook budgets
     timings: NotRequired[dict[str, dict[str, ReferenceFile]]]
+    # c.CourseData.root, resolved once by the class run (None: each worker's data/cache)
+    data_root: NotRequired[str | None]
 
 
 class Job(TypedDict):
