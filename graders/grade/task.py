@@ -32,6 +32,7 @@ from pathlib import Path
 import nbformat
 
 from graders.config.nbgrader_cli import make_api_factory
+from graders.formats import events as sandbox_events
 from graders.formats import gradebook, references, timings, wire
 from graders.formats.timings import TOTAL, Clock, Phase
 from graders.formats.verdict import VERDICT, Verdict, Verdicts
@@ -347,7 +348,7 @@ def _autograde(api, scratch: Path, job: LocalJob, events: Path, result: Result) 
     paths = {name: graded_folder / f"{name}.ipynb" for name in job["notebooks"]}
     if not answer.get("success") or not all(p.is_file() for p in paths.values()):
         if events.is_file():
-            result["reason"] = f"stopped after {wire.kill_reason(events)}"
+            result["reason"] = f"stopped after {sandbox_events.reason(events)}"
         else:
             result["reason"] = failure_reason(log)
         return False

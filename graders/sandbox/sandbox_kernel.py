@@ -25,7 +25,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Dict, default
 
-from graders.formats import timings
+from graders.formats import events, timings
 from graders.formats.timings import Phase
 from graders.sandbox import sandbox_host, zygote
 from graders.sandbox.sandbox_argv import (
@@ -189,12 +189,9 @@ class SandboxKernelManager(AsyncKernelManager):
         process = getattr(self.provisioner, "process", None)
         if process is None or process.poll() is not None:
             return
-        events = self.sandbox.get("events")
-        if events:
-            with open(events, "a") as fh:
-                notebook_s = budget - KILL_GRACE_S
-                event = {"kernel": str(self._private), "budget_s": budget, "notebook_s": notebook_s}
-                fh.write(json.dumps(event) + "\n")
+        if self.sandbox.get("events"):
+            kill = events.Kill(str(self._private), budget, budget - KILL_GRACE_S)
+            events.append(self.sandbox["events"], kill)
         process.kill()  # bwrap (--die-with-parent), or a forked kernel's stub: either
         # way the kernel goes with it
 
