@@ -79,9 +79,8 @@ def _lab_definitions(lab: str, name: str, names: dict):
     kinds = (ast.ClassDef, ast.FunctionDef)
     # the lab's own definitions, and those of the shared fragments it includes (from their
     # own file, so that tracebacks and compilers quote the right lines)
-    sources = [(path, text)] + [
-        (includes.COMMON / name, None) for name, _ in includes.included(text)
-    ]
+    code = [name for name, _ in includes.included(text) if name.endswith(".py")]
+    sources = [(path, text)] + [(includes.COMMON / name, None) for name in code]
     found, origin = {}, {}
     for file, content in sources:
         for node in ast.parse(content or file.read_text(encoding="utf-8")).body:
