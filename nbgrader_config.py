@@ -40,6 +40,12 @@ c.ClearSolutions.code_stub = {
 }
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
+# The course's data (lab 5's MNIST): prepared once by each grading process in this folder and
+# given read-only to the kernels, as their $COURSE_DATA_ROOT (default: data/cache here).
+# c.CourseData.root = "/srv/course-data"
+# Kernels start forked from a warm process (a root grader; False: each alone, seconds slower).
+# c.SandboxedExecute.fork_kernels = True
+
 # Execution limits while grading: per-lab time budgets (graders/formats/budgets.py). `make build`
 # times each code cell of the lab's solution under grading conditions (build/reference/<lab>.json);
 # a hand-in's cell may then run `budget_multiple` times the solution's time for it, at least

@@ -2,8 +2,8 @@
 
 * seed: the source notebook's pipeline, a DataLoader over torchvision's MNIST with per-sample
   transforms (PIL image -> ToTensor -> Normalize), batch 128, shuffled;
-* tensors: the lab's pipeline, the whole of MNIST normalised once into one float tensor,
-  shuffled batches taken by indexing.
+* tensors: the lab's pipeline, the whole of MNIST read by the lab's reader and normalised
+  once into one float tensor, shuffled batches taken by indexing.
 
 Both start from the same weights (seed 666), use the same hyper-parameters (SGD lr 0.01,
 momentum 0.5, batch 128) and draw their depths from the same random sequence; each is
@@ -20,8 +20,10 @@ run's figure is the luck of its seed.
 from __future__ import annotations
 
 import argparse
-import ast
+import gzip
+import os
 import random
+import struct
 import sys
 import time
 from pathlib import Path
@@ -34,23 +36,26 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from data import mnist  # noqa: E402
+from graders.build import includes  # noqa: E402
 
 SEED, BATCH, LR, MOMENTUM = 666, 128, 0.01, 0.5  # the lab's DynamicNet: hidden 100
 MEAN, STD = 0.1307, 0.3081
 
 
-def lab_dynamicnet() -> type[nn.Module]:
-    """Lab 5's DynamicNet as its text source defines it (solutions/lab05_dynamicnet/), so that
-    the benchmark trains the lab's own model, never a copy that may drift."""
-    source = REPO / "solutions" / "lab05_dynamicnet" / "lab05_dynamicnet.py"
-    tree = ast.parse(source.read_text(encoding="utf-8"))
-    (node,) = (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "DynamicNet")
-    namespace = {"torch": torch, "nn": nn, "F": F, "random": random}
-    exec(compile(ast.Module(body=[node], type_ignores=[]), str(source), "exec"), namespace)  # noqa: S102
-    return namespace["DynamicNet"]
+def lab_code() -> dict:
+    """DynamicNet and the MNIST reader as the labs have them, from their one source in
+    solutions/common/ (graders/build/includes.py), so that the benchmark runs the labs' own
+    code, never a copy that may drift."""
+    names = tuple(name.removesuffix(".gz") for name in mnist.RESOURCES)
+    namespace = {"torch": torch, "nn": nn, "F": F, "random": random, "NAMES": names}
+    namespace.update(os=os, gzip=gzip, struct=struct)
+    for fragment in ("dynamicnet.py", "mnist_reader.py"):
+        includes.load(fragment, namespace)
+    return namespace
 
 
-DynamicNet = lab_dynamicnet()  # 0 to max_depth passes through one shared middle layer
+LAB = lab_code()
+DynamicNet = LAB["DynamicNet"]  # 0 to max_depth passes through one shared middle layer
 
 
 def fresh(seed=SEED):
@@ -82,10 +87,10 @@ def seed_epoch(root, rng):
 
 
 def load_tensors(root, train):
-    from torchvision import datasets
-
-    raw = datasets.MNIST(root, train=train, download=True)
-    return ((raw.data.float() / 255 - MEAN) / STD).reshape(-1, 784), raw.targets
+    """The lab's reader (read_mnist) on the prepared files, normalised once, as lab 5 does."""
+    parts = LAB["read_mnist"](str(mnist.raw_folder(root)))
+    images, labels = parts[0:2] if train else parts[2:4]
+    return ((images.float() / 255 - MEAN) / STD).reshape(-1, 784), labels.long()
 
 
 def tensor_epoch(images, labels, rng, seed=SEED, epochs=1):

@@ -361,9 +361,12 @@ def small_gradebook(root: Path, lab: str = "lab1", cells: dict[str, float] | Non
 # ---- kernels started as the grader starts them (tests/test_zygote.py, test_grading_guard.py)
 
 
-def sandbox_client(tmp_path, cells: list[str], readonly: list[Path] = ()) -> NotebookClient:
-    """A client for these cells, whose kernel is started as the grader starts it; the
-    command that started it is kept as `client.started`."""
+def sandbox_client(
+    tmp_path, cells: list[str], readonly: list[Path] = (), fork: bool = True
+) -> NotebookClient:
+    """A client for these cells, whose kernel is started as the grader starts it (`fork`: the
+    sandbox's setting, c.SandboxedExecute.fork_kernels); the command that started it is kept
+    as `client.started`."""
     from graders.sandbox import sandbox_kernel
 
     nb = new_notebook(cells=[new_code_cell(code) for code in cells])
@@ -374,7 +377,11 @@ def sandbox_client(tmp_path, cells: list[str], readonly: list[Path] = ()) -> Not
     class Manager(sandbox_kernel.SandboxKernelManager):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            self.sandbox = {"runtime": str(runtime), "readonly": [str(p) for p in readonly]}
+            self.sandbox = {
+                "runtime": str(runtime),
+                "readonly": [str(p) for p in readonly],
+                "fork": fork,
+            }
 
         async def _async_pre_start_kernel(self, **kw):
             argv, kw = await super()._async_pre_start_kernel(**kw)

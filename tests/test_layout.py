@@ -263,10 +263,8 @@ def test_a_stale_name_is_caught(tmp_path):
 WRITES_ENVIRON = {
     "graders.kernel.grading_zygote": "the forked kernel's own environment, in its own process",
     "graders.config.nbgrader_cli": "PATH while nbgrader runs in this process (it calls alembic)",
-    # jupyter_client's kernelspec and runtime folders, read from the environment by nbgrader's
-    # kernel manager: still set per task (dispatch puts them back after a task graded here)
-    "graders.grade.task": "JUPYTER_PATH and JUPYTER_RUNTIME_DIR for nbgrader's kernel manager",
-    "graders.grade.dispatch": "puts back what graders.grade.task set",
+    # (a task's kernelspec folder reaches the kernel manager through the sandbox's settings,
+    # `kernelspecs`, no longer as JUPYTER_PATH set for the whole process)
 }
 ENVIRON_WRITES = {"update", "pop", "clear", "setdefault", "popitem", "__setitem__"}
 

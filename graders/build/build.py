@@ -22,6 +22,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
+from graders.build import includes
 from graders.config import colab, nbgrader_cli
 from graders.config.course import (
     ASSIGNMENTS_DIR,
@@ -88,13 +89,18 @@ def source_notebook(lab: str, path: Path | None = None) -> nbformat.NotebookNode
     """Read solutions/<lab>/<lab>.py (or `path`) into an nbgrader source notebook.
 
     The line ``# %course-setup`` in the setup cell (grade_id "setup") becomes the course's
-    shared setup code, solutions/common/setup_cell.py; the lab's own lines follow it.
+    shared setup code, solutions/common/setup_cell.py; the lab's own lines follow it. Each
+    ``# %course-include NAME`` line becomes the shared fragment solutions/common/NAME
+    (graders/build/includes.py) before jupytext reads the text.
     Raises SourceError, naming the file and line, for what would build a wrong notebook.
     """
     path = path or lab_source(lab)
     shared_setup = (SOLUTIONS / "common" / "setup_cell.py").read_text().strip("\n")
-    text = path.read_text(encoding="utf-8")
-    nb = jupytext.reads(text, fmt="py:percent")
+    text = path.read_text(encoding="utf-8")  # its line numbers are the ones errors name
+    try:
+        nb = jupytext.reads(includes.expand(text, path), fmt="py:percent")
+    except includes.IncludeError as error:
+        raise SourceError(str(error)) from None
     nb.metadata.pop("jupytext", None)
     nb.metadata["language_info"] = {"name": "python"}
     seen, anchor, after = set(), "top", 0

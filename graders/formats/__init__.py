@@ -6,11 +6,13 @@ a hidden test's records (`records`: ``Record``, ``Observations``), a lab's refer
 times (`budgets`: ``CellTime``, ``plan``), a hand-in's phases and their durations, kept apart
 from clock times (`timings`: ``Phase``, ``Clock``, the task's timings file), what a grading
 task gets and gives back (`wire`: ``Course``, ``Job``, ``LocalJob``, ``Result``, ``Scores``),
+the sandbox's kills of kernels over budget (`events`: ``Kill``),
 the grading log (`gradelog`: ``LogEntry``), the gradebook's file (`gradebook`) and grades.csv
 (`export`: ``QuotedCsvExport``)."""
 
 __all__ = [
     "budgets",
+    "events",
     "export",
     "gradebook",
     "gradelog",

@@ -5,15 +5,13 @@ it: plain data only, since a task shares no file system with the instructor.
 * `Course`: what every task of a class run shares (graders.grade.inputs.course_inputs makes it);
 * `Job`: one hand-in (graders.grade makes it; graders.grade.task.run adds `LocalJob`'s paths);
 * `Result`: what a task gives back (graders.grade.task.grade), merged by graders.grade.merge;
-* `kill_reason`: the sandbox's events file, read back.
 
-The phases' durations and the task's timings file are graders/formats/timings.py's.
+The phases' durations and the task's timings file are graders/formats/timings.py's, the
+sandbox's events file graders/formats/events.py's.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import NotRequired, TypedDict
 
 from graders.formats.records import Observations
@@ -35,6 +33,8 @@ class Course(TypedDict):
     files: dict[str, dict[str, bytes]]
     # the solution's times (graders.formats.references.times), for the per-notebook budgets
     timings: NotRequired[dict[str, dict[str, ReferenceFile]]]
+    # c.CourseData.root, resolved once by the class run (None: each worker's data/cache)
+    data_root: NotRequired[str | None]
 
 
 class Job(TypedDict):
@@ -85,12 +85,3 @@ class Result(TypedDict, total=False):
     autograded: dict[str, str]  # the graded notebooks by name, text
     feedback: dict[str, str]  # the feedback pages by notebook name, HTML
     feedback_problem: str  # why there is no feedback page
-
-
-def kill_reason(events: Path) -> str:
-    """What the sandbox's events file says of a kernel it killed over the notebook's budget."""
-    try:
-        event = json.loads(events.read_text().splitlines()[0])
-        return f"the whole-notebook budget of {float(event['notebook_s']):g} s"
-    except (OSError, ValueError, IndexError, KeyError, TypeError):
-        return "the whole-notebook budget"

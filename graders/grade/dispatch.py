@@ -6,7 +6,6 @@ hand-in alone is graded here with no cluster at all). Each result is handed to t
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import deque
@@ -19,23 +18,14 @@ from graders.grade.class_run import ClassRun
 from graders.grade.intake import HandIn
 
 SPAWN_WAIT_S = 30  # past this, the local cluster's workers are awaited without grading here
-JUPYTER_VARIABLES = ("JUPYTER_PATH", "JUPYTER_RUNTIME_DIR")  # graders.grade.task sets them per task
 
 
 def grade_here(course: Course, job: Job) -> Result:
     """One grading task in this process, as a worker runs it (graders.grade.task.run: its kernel in
-    the sandbox, everything as data), leaving this process's environment as it was."""
+    the sandbox, everything as data; it writes nothing of this process's environment)."""
     from graders.grade import task
 
-    saved = {name: os.environ.get(name) for name in JUPYTER_VARIABLES}
-    try:
-        return task.run(course, job)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    return task.run(course, job)
 
 
 class _Queue:

@@ -10,7 +10,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from graders.config.course import LABS, REPO, lab_source, notebooks
+from graders.config.course import LABS, REPO, configured_data_root, lab_source, notebooks
 from graders.formats import gradebook, gradelog, references
 from graders.formats.wire import Course
 from graders.grade.intake import HandIn
@@ -92,6 +92,7 @@ def course_inputs(root: Path, labs: list[str], labs_only: Path) -> Course:
         releases=releases,
         files=files,
         timings=timings,
+        data_root=str(configured_data_root()),  # c.CourseData.root, resolved once here
     )
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import nbformat
 
 from graders.config.nbgrader_cli import make_api_factory
+from graders.formats import events as sandbox_events
 from graders.formats import gradebook, references, timings, wire
 from graders.formats.timings import TOTAL, Clock, Phase
 from graders.formats.verdict import VERDICT, Verdict, Verdicts
@@ -235,7 +236,7 @@ def run(course: Course, job: wire.Job) -> Result:
             write_released(files, name, data)
         from graders.config.course import prepare_data  # the worker's own copy of the data
 
-        data = prepare_data([lab]).get("COURSE_DATA_ROOT")
+        data = prepare_data([lab], course.get("data_root")).get("COURSE_DATA_ROOT")
         local = LocalJob(
             **job,
             gradebook=str(scratch / "labs.db"),
@@ -285,7 +286,9 @@ def api_factory(config_file: Path, text: str):
 def _scratch_course(scratch: Path, job: LocalJob) -> tuple[dict, Path]:
     """Lay out the scratch course of one hand-in in `scratch`: the notebook restored to the
     release's metadata (and its timestamp), the gradebook, the kernelspec and the runtime
-    folder. The nbgrader configuration changes that name them, and the events file."""
+    folder. The nbgrader configuration changes that name them (the kernel manager finds the
+    kernelspec and the runtime folder through the sandbox's settings: this process's
+    environment is left alone), and the events file."""
     lab = job["lab"]
     folder = scratch / "submitted" / NEUTRAL_ID / lab
     folder.mkdir(parents=True)
@@ -310,16 +313,12 @@ def _scratch_course(scratch: Path, job: LocalJob) -> tuple[dict, Path]:
         threads=KERNEL_THREADS,
         events=str(events),
         timings=str(timings),
+        kernelspecs=str(scratch / "jupyter" / "kernels"),  # the kernel manager's, first
         # limits the caller gave replace the per-lab budgets (graders/formats/budgets.py) wholesale
         flat=bool(job.get("budget_s") or job.get("cell_timeout")),
     )
     if job.get("budget_s"):
         settings["budget_s"] = job["budget_s"]
-    # jupyter's own variables: where nbgrader's kernel manager finds the kernelspec and
-    # puts its runtime files
-    os.environ.update(
-        {"JUPYTER_PATH": str(scratch / "jupyter"), "JUPYTER_RUNTIME_DIR": str(runtime)}
-    )
     changes = {
         "SandboxedExecute": {"settings": dict(settings), "reference_dir": job["reference_dir"]},
         "JudgeRecords": {"reference_dir": job["reference_dir"], "timings": str(timings)},
@@ -349,7 +348,7 @@ def _autograde(api, scratch: Path, job: LocalJob, events: Path, result: Result) 
     paths = {name: graded_folder / f"{name}.ipynb" for name in job["notebooks"]}
     if not answer.get("success") or not all(p.is_file() for p in paths.values()):
         if events.is_file():
-            result["reason"] = f"stopped after {wire.kill_reason(events)}"
+            result["reason"] = f"stopped after {sandbox_events.reason(events)}"
         else:
             result["reason"] = failure_reason(log)
         return False

@@ -7,7 +7,7 @@ import base64
 import io
 
 from graders.report.report_data import Lab
-from graders.report.report_numbers import number
+from graders.report.report_numbers import PassRate, ScoreBin, number
 
 
 def png(fig) -> str:
@@ -25,16 +25,16 @@ def _figure(width: float, height: float):
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def histogram_png(lab: Lab, rows: list[dict]) -> str:
+def histogram_png(lab: Lab, rows: list[ScoreBin]) -> str:
     fig = _figure(5.0, 2.6)
     ax = fig.add_subplot()
-    if rows and rows[0]["score_from"] == rows[0]["score_to"]:
-        ax.bar([r["score_from"] for r in rows], [r["hand_ins"] for r in rows], width=0.8)
-        ax.set_xticks([r["score_from"] for r in rows])
+    if rows and rows[0].score_from == rows[0].score_to:
+        ax.bar([r.score_from for r in rows], [r.hand_ins for r in rows], width=0.8)
+        ax.set_xticks([r.score_from for r in rows])
     else:
-        lefts = [r["score_from"] for r in rows]
-        widths = [r["score_to"] - r["score_from"] for r in rows]
-        ax.bar(lefts, [r["hand_ins"] for r in rows], width=widths, align="edge")
+        lefts = [r.score_from for r in rows]
+        widths = [r.score_to - r.score_from for r in rows]
+        ax.bar(lefts, [r.hand_ins for r in rows], width=widths, align="edge")
     ax.set_xlabel(f"score (max {number(lab.max_score)})")
     ax.set_ylabel("hand-ins")
     ax.yaxis.get_major_locator().set_params(integer=True)
@@ -42,11 +42,11 @@ def histogram_png(lab: Lab, rows: list[dict]) -> str:
     return png(fig)
 
 
-def pass_rate_png(lab: Lab, rows: list[dict]) -> str:
+def pass_rate_png(lab: Lab, rows: list[PassRate]) -> str:
     fig = _figure(5.0, 0.9 + 0.32 * max(len(rows), 1))
     ax = fig.add_subplot()
-    names = [r["grade_id"] for r in rows]
-    rates = [100 * (r["pass_rate"] or 0.0) for r in rows]
+    names = [r.grade_id for r in rows]
+    rates = [100 * (r.pass_rate or 0.0) for r in rows]
     ax.barh(range(len(rows)), rates, color="#4c8c4a")
     ax.set_yticks(range(len(rows)), names, fontsize=8)
     ax.invert_yaxis()  # the notebook's first check on top

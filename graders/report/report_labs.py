@@ -71,16 +71,16 @@ def _lab_charts(lab: Lab, files: Files, stem: str) -> list[str]:
     hist_csv = save(
         f"{stem}-scores.csv",
         ["score_from", "score_to", "hand_ins"],
-        [[number(b["score_from"]), number(b["score_to"]), b["hand_ins"]] for b in bins],
+        [[number(b.score_from), number(b.score_to), b.hand_ins] for b in bins],
     )
     label = [
-        number(b["score_from"])
-        if b["score_from"] == b["score_to"]
-        else f"{number(b['score_from'])} to {number(b['score_to'])}"
+        number(b.score_from)
+        if b.score_from == b.score_to
+        else f"{number(b.score_from)} to {number(b.score_to)}"
         for b in bins
     ]
     alt = f"Histogram of {lab.name} scores: " + "; ".join(
-        f"{text}: {b['hand_ins']}" for text, b in zip(label, bins, strict=True) if b["hand_ins"]
+        f"{text}: {b.hand_ins}" for text, b in zip(label, bins, strict=True) if b.hand_ins
     )
     rates = pass_rates(lab)
     rate_csv = save(
@@ -88,17 +88,17 @@ def _lab_charts(lab: Lab, files: Files, stem: str) -> list[str]:
         ["grade_id", "points", "passed", "hand_ins", "pass_rate"],
         [
             [
-                r["grade_id"],
-                number(r["points"]),
-                r["passed"],
-                r["hand_ins"],
-                number(r["pass_rate"]),
+                r.grade_id,
+                number(r.points),
+                r.passed,
+                r.hand_ins,
+                number(r.pass_rate),
             ]
             for r in rates
         ],
     )
     rate_alt = f"Pass rate of each check of {lab.name}, in notebook order: " + "; ".join(
-        f"{r['grade_id']} {r['passed']} of {r['hand_ins']}" for r in rates
+        f"{r.grade_id} {r.passed} of {r.hand_ins}" for r in rates
     )
     parts.append('<div class="charts">')
     parts.append(
@@ -112,7 +112,7 @@ def _lab_charts(lab: Lab, files: Files, stem: str) -> list[str]:
     parts.append(
         table(
             ["score", "hand-ins"],
-            [[e(t), str(b["hand_ins"])] for t, b in zip(label, bins, strict=True)],
+            [[e(t), str(b.hand_ins)] for t, b in zip(label, bins, strict=True)],
             numeric={0, 1},
         )
     )
@@ -130,10 +130,10 @@ def _lab_charts(lab: Lab, files: Files, stem: str) -> list[str]:
             ["check", "points", "passed", "pass rate"],
             [
                 [
-                    e(r["grade_id"]),
-                    number(r["points"]),
-                    f"{r['passed']}/{r['hand_ins']}",
-                    f"{100 * r['pass_rate']:.0f}%" if r["pass_rate"] is not None else "",
+                    e(r.grade_id),
+                    number(r.points),
+                    f"{r.passed}/{r.hand_ins}",
+                    f"{100 * r.pass_rate:.0f}%" if r.pass_rate is not None else "",
                 ]
                 for r in rates
             ],
@@ -157,7 +157,7 @@ def _failures_section(course: ClassData, out: Path, files: Files, lab: Lab, stem
         f"{stem}-failures.csv",
         ["grade_id", "kind", "sentence", "hand_ins", "example_1", "example_2"],
         [
-            [key, g["kind"], g["sentence"], g["count"], *(g["examples"] + ["", ""])[:EXAMPLES]]
+            [key, g.kind, g.sentence, g.count, *(g.examples + ["", ""])[:EXAMPLES]]
             for key, groups in found.items()
             for g in groups
         ],
@@ -172,7 +172,7 @@ def _failures_section(course: ClassData, out: Path, files: Files, lab: Lab, stem
     )
     for key, points in lab.cells:
         groups = found[key]
-        count = sum(g["count"] for g in groups)
+        count = sum(g.count for g in groups)
         parts.append(
             f"<h4>{e(key)} <span class=muted>({e(number(points))} points): "
             f"{count} failed</span></h4>"
@@ -182,13 +182,13 @@ def _failures_section(course: ClassData, out: Path, files: Files, lab: Lab, stem
         rows = []
         for g in groups:
             examples = ", ".join(
-                link(feedback_href(course, out, s, lab.name), s) for s in g["examples"]
+                link(feedback_href(course, out, s, lab.name), s) for s in g.examples
             )
             rows.append(
                 [
-                    e(g["sentence"]),
-                    e(KINDS.get(g["kind"], g["kind"])),
-                    str(g["count"]),
+                    e(g.sentence),
+                    e(KINDS.get(g.kind, g.kind)),
+                    str(g.count),
                     examples,
                 ]
             )

@@ -1,10 +1,12 @@
 """The class report's numbers, computed from a `ClassData` (graders/report/report_data.py): pass
 rates, score histograms, failure sentences, runs and grading times, who needs a human look,
-and the LMS's wide table. Plain rows of data: graders/report/report_page.py shows them."""
+and the LMS's wide table. Typed rows of data (`PassRate`, `ScoreBin`, `FailureGroup`,
+`GradingRun`, `HumanLook`): graders/report/report_page.py and report_labs.py show them."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from graders.formats.timings import TOTAL, Phase
@@ -13,6 +15,58 @@ from graders.report.report_data import ClassData, Lab
 
 EXAMPLES = 2  # example students shown for each failure sentence
 RUN_GAP_S = 1.0  # a hand-in that started after the previous line was written: a new run
+
+
+@dataclass(frozen=True)
+class PassRate:
+    """One grade cell of a lab: how many hand-ins got its full points."""
+
+    grade_id: str
+    points: float
+    passed: int
+    hand_ins: int
+    pass_rate: float | None  # None: no hand-in
+
+
+@dataclass(frozen=True)
+class ScoreBin:
+    """Hand-ins whose score is from `score_from` to `score_to` (equal: one whole score)."""
+
+    score_from: float
+    score_to: float
+    hand_ins: int
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    """One failure sentence of a grade cell, with how many hand-ins got it and examples."""
+
+    kind: str  # graders.formats.verdict.Kind's value
+    sentence: str
+    count: int
+    examples: list[str]
+
+
+@dataclass
+class GradingRun:
+    """A grading run told apart in the log: when it began and ended, its hand-ins, the wall
+    time and the sum of their grading times."""
+
+    began: datetime
+    ended: datetime
+    hand_ins: int = 0
+    sum_s: float = 0.0
+    wall_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class HumanLook:
+    """A hand-in that needs a human look, and why (one word) and in detail."""
+
+    student: str
+    lab: str
+    why: str
+    details: str
 
 
 def number(value: float | None) -> str:
@@ -27,46 +81,35 @@ def passed(score: float, points: float) -> bool:
     return score >= points - 1e-9
 
 
-def pass_rates(lab: Lab) -> list[dict]:
+def pass_rates(lab: Lab) -> list[PassRate]:
     """For each grade cell, in notebook order: how many hand-ins got its full points."""
     subs = list(lab.submissions.values())
     rows = []
     for key, points in lab.cells:
         ok = sum(passed(s.grades.get(key, 0.0), points) for s in subs)
-        rows.append(
-            {
-                "grade_id": key,
-                "points": points,
-                "passed": ok,
-                "hand_ins": len(subs),
-                "pass_rate": ok / len(subs) if subs else None,
-            }
-        )
+        rows.append(PassRate(key, points, ok, len(subs), ok / len(subs) if subs else None))
     return rows
 
 
-def histogram(lab: Lab) -> list[dict]:
+def histogram(lab: Lab) -> list[ScoreBin]:
     """Hand-ins by score: one bin a point when points are whole (up to 50), else ten bins."""
     scores = [s.score for s in lab.submissions.values()]
     top = lab.max_score
     whole = all(float(p).is_integer() for _, p in lab.cells) and 0 < top <= 50
     if whole:
         counts = Counter(round(s) for s in scores)
-        return [
-            {"score_from": k, "score_to": k, "hand_ins": counts.get(k, 0)}
-            for k in range(int(top) + 1)
-        ]
+        return [ScoreBin(k, k, counts.get(k, 0)) for k in range(int(top) + 1)]
     width = (top or 1) / 10
     rows = []
     for i in range(10):
         low, high = i * width, (i + 1) * width
         last = i == 9
         count = sum(low <= s < high or (last and s >= high) for s in scores)
-        rows.append({"score_from": low, "score_to": high, "hand_ins": count})
+        rows.append(ScoreBin(low, high, count))
     return rows
 
 
-def failures(course: ClassData, lab: Lab) -> dict[str, list[dict]]:
+def failures(course: ClassData, lab: Lab) -> dict[str, list[FailureGroup]]:
     """For each grade cell: its failure sentences (from the log), counted, with examples."""
     found: dict[str, dict[tuple[str, str], list[str]]] = defaultdict(lambda: defaultdict(list))
     for student in sorted(lab.submissions):
@@ -83,10 +126,10 @@ def failures(course: ClassData, lab: Lab) -> dict[str, list[dict]]:
         groups = found.get(key, {})
         result[key] = sorted(
             (
-                {"kind": kind, "sentence": sentence, "count": len(who), "examples": who[:EXAMPLES]}
+                FailureGroup(kind, sentence, len(who), who[:EXAMPLES])
                 for (kind, sentence), who in groups.items()
             ),
-            key=lambda g: (-g["count"], g["sentence"]),
+            key=lambda g: (-g.count, g.sentence),
         )
     return result
 
@@ -109,14 +152,16 @@ def _graded_at(entry: dict) -> datetime | None:
         return None
 
 
-def runs(lines: list[dict]) -> list[dict]:
+def runs(lines: list[dict]) -> list[GradingRun]:
     """Grading runs told apart in the log. A run began when its first hand-in started: that
     hand-in's graded_at less its queue wait and grading time (all of a run's hand-ins give
     about the same); a hand-in whose run began after the line before it was written starts
     a new run. Lines of hand-ins intake refused (no timings) are written at a run's start;
     a task that failed without its timings joins the run it is in. Wall time: from the
     beginning to the last graded_at."""
-    found: list[dict] = []
+    found: list[GradingRun] = []
+    timed: list[bool] = []  # whether each run has a timed hand-in yet
+    tasks: list[int] = []  # how many of its hand-ins reached a task
     previous: datetime | None = None
     for entry in lines:
         at = _graded_at(entry)
@@ -135,32 +180,32 @@ def runs(lines: list[dict]) -> list[dict]:
         if current is None:
             fresh = True
         elif kind == "intake":
-            fresh = current["tasks"] > 0 or (at - current["began"]).total_seconds() > 3600
+            fresh = tasks[-1] > 0 or (at - current.began).total_seconds() > 3600
         elif kind == "partial":
             fresh = False
-        elif current["timed"]:
+        elif timed[-1]:
             fresh = began > previous + timedelta(seconds=RUN_GAP_S)
         else:  # after intake's lines, or a failed task's, of the same run
-            fresh = (began - current["began"]).total_seconds() > 3600
+            fresh = (began - current.began).total_seconds() > 3600
         if fresh:
-            current = {"began": began or at, "ended": at, "hand_ins": 0, "sum_s": 0.0}
-            current.update(timed=False, tasks=0)
+            current = GradingRun(began=began or at, ended=at)
             found.append(current)
+            timed.append(False)
+            tasks.append(0)
         if began is not None:
-            current["began"] = min(current["began"], began)
-        current["ended"] = max(current["ended"], at)
-        current["hand_ins"] += 1
-        current["sum_s"] += took or 0.0
-        current["timed"] |= kind == "timed"
-        current["tasks"] += kind != "intake"
+            current.began = min(current.began, began)
+        current.ended = max(current.ended, at)
+        current.hand_ins += 1
+        current.sum_s += took or 0.0
+        timed[-1] |= kind == "timed"
+        tasks[-1] += kind != "intake"
         previous = at
     for run in found:
-        run["wall_s"] = (run["ended"] - run["began"]).total_seconds()
-        del run["timed"], run["tasks"]
+        run.wall_s = (run.ended - run.began).total_seconds()
     return found
 
 
-def human_look(course: ClassData) -> list[dict]:
+def human_look(course: ClassData) -> list[HumanLook]:
     """Hand-ins that need a human look: problems in their latest log line, or a notebook
     flagged in the gradebook. `why` is one word of: killed, budget, limit, malformed hand-in,
     grading failed, feedback, flagged."""
@@ -172,14 +217,9 @@ def human_look(course: ClassData) -> list[dict]:
             reasons = [str(r) for r in entry.get("problems") or []]
             if not reasons and not sub.flagged:
                 continue
-            rows.append(
-                {
-                    "student": student,
-                    "lab": lab.name,
-                    "why": _why(reasons, entry, sub.flagged),
-                    "details": "; ".join(reasons) or "flagged in the gradebook",
-                }
-            )
+            why = _why(reasons, entry, sub.flagged)
+            details = "; ".join(reasons) or "flagged in the gradebook"
+            rows.append(HumanLook(student, lab.name, why, details))
     return rows
 
 

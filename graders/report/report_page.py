@@ -28,6 +28,7 @@ from graders.report.report_html import (
     write_csv,
 )
 from graders.report.report_numbers import (
+    HumanLook,
     lab_times,
     number,
     runs,
@@ -37,7 +38,7 @@ from graders.report.report_numbers import (
 WIDE_CSV = "grades-wide.csv"
 
 
-def head_section(course: ClassData, out: Path, look: list[dict]) -> list[str]:
+def head_section(course: ClassData, out: Path, look: list[HumanLook]) -> list[str]:
     """The title, what the report counts, notes about the log, and the page's menu."""
     root = course.root
     labs = list(course.labs.values())
@@ -66,7 +67,9 @@ def head_section(course: ClassData, out: Path, look: list[dict]) -> list[str]:
     return parts
 
 
-def human_look_section(course: ClassData, out: Path, files: Files, look: list[dict]) -> list[str]:
+def human_look_section(
+    course: ClassData, out: Path, files: Files, look: list[HumanLook]
+) -> list[str]:
     """Hand-ins that need a human look, with links to their feedback and folder."""
     save = files.save
     parts: list[str] = []
@@ -76,12 +79,12 @@ def human_look_section(course: ClassData, out: Path, files: Files, look: list[di
         ["student", "lab", "why", "details", "feedback", "hand_in"],
         [
             [
-                r["student"],
-                r["lab"],
-                r["why"],
-                r["details"],
-                feedback_href(course, out, r["student"], r["lab"]) or "",
-                href(course, out, "submitted", r["student"], r["lab"]) or "",
+                r.student,
+                r.lab,
+                r.why,
+                r.details,
+                feedback_href(course, out, r.student, r.lab) or "",
+                href(course, out, "submitted", r.student, r.lab) or "",
             ]
             for r in look
         ],
@@ -89,14 +92,14 @@ def human_look_section(course: ClassData, out: Path, files: Files, look: list[di
     if look:
         rows = []
         for r in look:
-            page = feedback_href(course, out, r["student"], r["lab"])
-            folder = href(course, out, "submitted", r["student"], r["lab"])
+            page = feedback_href(course, out, r.student, r.lab)
+            folder = href(course, out, "submitted", r.student, r.lab)
             rows.append(
                 [
-                    e(r["student"]),
-                    e(r["lab"]),
-                    e(r["why"]),
-                    e(r["details"]),
+                    e(r.student),
+                    e(r.lab),
+                    e(r.why),
+                    e(r.details),
                     link(page, "feedback") if page else "<span class=muted>none</span>",
                     link(folder, "folder") if folder else "<span class=muted>gone</span>",
                 ]
@@ -182,27 +185,27 @@ def runs_section(course: ClassData, files: Files) -> list[str]:
         ["began", "ended", "hand_ins", "wall_s", "sum_of_hand_ins_s"],
         [
             [
-                r["began"].isoformat(),
-                r["ended"].isoformat(),
-                r["hand_ins"],
-                number(r["wall_s"]),
-                number(r["sum_s"]),
+                r.began.isoformat(),
+                r.ended.isoformat(),
+                r.hand_ins,
+                number(r.wall_s),
+                number(r.sum_s),
             ]
             for r in found_runs
         ],
     )
     if found_runs:
         last = found_runs[-1]
-        biggest = max(found_runs, key=lambda r: r["hand_ins"])
+        biggest = max(found_runs, key=lambda r: r.hand_ins)
         parts.append(
             "<p>"
             + e(
-                f"Whole run: the largest run in the log graded {biggest['hand_ins']} "
-                f"hand-in(s) in {duration(biggest['wall_s'])} of wall time (from when its "
+                f"Whole run: the largest run in the log graded {biggest.hand_ins} "
+                f"hand-in(s) in {duration(biggest.wall_s)} of wall time (from when its "
                 f"first hand-in started, that is its graded_at less its queue wait and "
                 f"grading time, to its last graded_at); the hand-ins' own times add up to "
-                f"{duration(biggest['sum_s'])}. The latest run graded {last['hand_ins']} "
-                f"hand-in(s) in {duration(last['wall_s'])}."
+                f"{duration(biggest.sum_s)}. The latest run graded {last.hand_ins} "
+                f"hand-in(s) in {duration(last.wall_s)}."
             )
             + "</p>"
         )
@@ -211,11 +214,11 @@ def runs_section(course: ClassData, files: Files) -> list[str]:
                 ["began", "ended", "hand-ins", "wall time", "sum of hand-ins"],
                 [
                     [
-                        e(r["began"].strftime("%Y-%m-%d %H:%M:%S")),
-                        e(r["ended"].strftime("%Y-%m-%d %H:%M:%S")),
-                        str(r["hand_ins"]),
-                        e(duration(r["wall_s"])),
-                        e(duration(r["sum_s"])),
+                        e(r.began.strftime("%Y-%m-%d %H:%M:%S")),
+                        e(r.ended.strftime("%Y-%m-%d %H:%M:%S")),
+                        str(r.hand_ins),
+                        e(duration(r.wall_s)),
+                        e(duration(r.sum_s)),
                     ]
                     for r in found_runs[-10:]
                 ],

@@ -34,8 +34,8 @@ nbgrader's Execute step is `SandboxedExecute` (nbgrader_config.py), whose
   same allow-list, and that gives the kernel everything above (its own namespaces, tmpfs
   folders, cgroups, rlimits, user; no capabilities) before the kernel's first cell: a
   kernel then starts in a fraction of a second instead of seconds. Elsewhere (a grader
-  that is not root, a private folder outside /tmp, ``COURSE_FORK_KERNELS=0``), each kernel
-  is started alone by bubblewrap.
+  that is not root, a private folder outside /tmp, ``c.SandboxedExecute.fork_kernels =
+  False``), each kernel is started alone by bubblewrap.
 
 This module is nbgrader's Execute step, `SandboxedExecute`, with the time budgets. Each
 kernel is started, watched and thrown away by `SandboxKernelManager`
@@ -61,7 +61,7 @@ from pathlib import Path
 import nbformat
 from nbclient.exceptions import CellTimeoutError
 from nbgrader.preprocessors import Execute
-from traitlets import Dict, Float, Unicode
+from traitlets import Bool, Dict, Float, Unicode
 
 from graders.formats import budgets, references
 from graders.sandbox.sandbox_argv import available
@@ -111,6 +111,14 @@ class SandboxedExecute(Execute):
     budget_notebook_floor_s = Float(
         budgets.Policy.notebook_floor_s, help="the least budget of a whole notebook"
     ).tag(config=True)
+    fork_kernels = Bool(
+        True,
+        help=(
+            "Start each kernel forked from a warm process that has imported ipykernel and torch "
+            "(graders/sandbox/zygote.py: a root grader, kernel folders under /tmp); False: each "
+            "kernel starts alone in bubblewrap, seconds slower. The sandbox is the same."
+        ),
+    ).tag(config=True)
     _warned = False
     _noted: set = set()
     _data_of: dict[str, Settings] = {}  # plain nbgrader: each lab's course data, once
@@ -141,7 +149,7 @@ class SandboxedExecute(Execute):
     def create_kernel_manager(self):
         km = super().create_kernel_manager()
         if isinstance(km, SandboxKernelManager):
-            km.sandbox = {**self._data, **self.settings}
+            km.sandbox = {"fork": self.fork_kernels, **self._data, **self.settings}
             if self._notebook_s:  # the watchdog behind the budget
                 km.sandbox["budget_s"] = self._notebook_s
         return km
@@ -172,10 +180,10 @@ class SandboxedExecute(Execute):
         if not lab or "readonly" in self.settings or "env" in self.settings:
             return {}
         if lab not in SandboxedExecute._data_of:
-            from graders.config.course import prepare_data
+            from graders.config.course import configured_data_root, prepare_data
 
-            try:
-                env = prepare_data([lab])
+            try:  # c.CourseData.root of nbgrader's own configuration
+                env = prepare_data([lab], configured_data_root(self.config))
             except Exception as error:  # noqa: BLE001 - the notebook is graded without
                 env = {}
                 if (lab, "data") not in SandboxedExecute._noted:

@@ -21,10 +21,11 @@ import time
 from pathlib import Path
 from typing import TypedDict
 
+from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
-from traitlets import Dict
+from traitlets import Dict, default
 
-from graders.formats import timings
+from graders.formats import events, timings
 from graders.formats.timings import Phase
 from graders.sandbox import sandbox_host, zygote
 from graders.sandbox.sandbox_argv import (
@@ -51,6 +52,8 @@ class Settings(TypedDict, total=False):
     flat: bool  # the per-cell timeout and `budget_s` as given, not the per-lab budgets
     events: str  # file: a kernel killed over its budget is written here
     timings: str  # file: the seconds each kernel took to start are written here
+    kernelspecs: str  # folder of kernelspecs found before the environment's (write_kernelspec)
+    fork: bool  # may the kernel be forked from the warm process (SandboxedExecute.fork_kernels)
 
 
 class SandboxKernelManager(AsyncKernelManager):
@@ -65,6 +68,15 @@ class SandboxKernelManager(AsyncKernelManager):
     sandbox = Dict(help="a Settings (graders.grade.task), given by SandboxedExecute").tag(
         config=True
     )
+
+    @default("kernel_spec_manager")
+    def _kernelspecs_of_the_settings(self) -> KernelSpecManager:
+        """The environment's kernelspecs, after the folder the settings name (`kernelspecs`):
+        how the grader's scratch course gives its own, without JUPYTER_PATH."""
+        manager = KernelSpecManager(data_dir=self.data_dir)
+        if self.sandbox.get("kernelspecs"):
+            manager.kernel_dirs = [self.sandbox["kernelspecs"], *manager.kernel_dirs]
+        return manager
 
     _watchdog: threading.Timer | None = None
     _private: Path | None = None
@@ -99,7 +111,7 @@ class SandboxKernelManager(AsyncKernelManager):
         threads = self.sandbox.get("threads", KERNEL_THREADS)
         env = self.sandbox.get("env", {})
         warm = None
-        if uid is not None and zygote.usable(private, command):
+        if uid is not None and zygote.usable(private, command, self.sandbox.get("fork", True)):
             warm = zygote.for_folders(readonly)
         if warm is not None:  # forked from the warm process (graders/sandbox/zygote.py)
             connection = command[command.index("-f") + 1]
@@ -177,12 +189,9 @@ class SandboxKernelManager(AsyncKernelManager):
         process = getattr(self.provisioner, "process", None)
         if process is None or process.poll() is not None:
             return
-        events = self.sandbox.get("events")
-        if events:
-            with open(events, "a") as fh:
-                notebook_s = budget - KILL_GRACE_S
-                event = {"kernel": str(self._private), "budget_s": budget, "notebook_s": notebook_s}
-                fh.write(json.dumps(event) + "\n")
+        if self.sandbox.get("events"):
+            kill = events.Kill(str(self._private), budget, budget - KILL_GRACE_S)
+            events.append(self.sandbox["events"], kill)
         process.kill()  # bwrap (--die-with-parent), or a forked kernel's stub: either
         # way the kernel goes with it
 
@@ -230,8 +239,9 @@ class SandboxKernelManager(AsyncKernelManager):
 
 
 def write_kernelspec(jupyter_dir: Path) -> Path:
-    """A ``python3`` kernelspec of this Python under jupyter_dir/kernels (put jupyter_dir on
-    JUPYTER_PATH); interrupts go by message, since a signal would stop at bubblewrap."""
+    """A ``python3`` kernelspec of this Python under jupyter_dir/kernels (the folder the
+    settings' `kernelspecs` name); interrupts go by message, since a signal would stop at
+    bubblewrap."""
     spec = jupyter_dir / "kernels" / "python3"
     spec.mkdir(parents=True, exist_ok=True)
     (spec / "kernel.json").write_text(

@@ -25,7 +25,8 @@ warm process's host user, with no capability, holding only its end of the connec
 Only a root grader forks kernels (a kernel's own host user needs root to give), and only
 when its private folder is under /tmp (the forked kernel makes that path in its own /tmp);
 otherwise, or when the warm process cannot start (it says why, once, in the log), each
-kernel is started alone in bubblewrap as before. ``COURSE_FORK_KERNELS=0`` turns it off.
+kernel is started alone in bubblewrap as before. ``c.SandboxedExecute.fork_kernels = False``
+(the sandbox's settings: `fork`) turns it off.
 """
 
 from __future__ import annotations
@@ -78,7 +79,6 @@ case $said in
 [0-9]|[0-9][0-9]|[0-9][0-9][0-9]) exit $((said & 255)) ;;
 esac
 exit 1"""
-SWITCH = "COURSE_FORK_KERNELS"  # "0": every kernel started alone, as before
 PREFIX = "grading-zygote-"  # its folder (socket, log, font list) under the temporary folder
 STARTUP_S = 120  # the warm process's imports take seconds; past this, kernels start alone
 
@@ -330,12 +330,12 @@ def _mounts_travel() -> str | None:
     return None
 
 
-def usable(private: Path, command: list[str]) -> bool:
+def usable(private: Path, command: list[str], fork: bool = True) -> bool:
     """Whether this kernel can be forked: a root grader, bubblewrap, mounts that travel by
     descriptor, its private folder under /tmp, the ipykernel command nbgrader's kernelspec
-    gives, and not switched off."""
+    gives, and not switched off (`fork`: the sandbox's settings)."""
     return (
-        os.environ.get(SWITCH, "1") != "0"
+        fork
         and os.getuid() == 0
         and available() is None
         and Path("/tmp") in private.parents

@@ -18,12 +18,7 @@
 # 3. what happens to a parameter that a forward pass did not use at all;
 # 4. how to get the gradient of a big batch from several small ones, the same up to rounding.
 #
-# **How this lab works.** Cells marked *exercise* are yours: replace
-# `raise NotImplementedError(...)` with your code. The cell after each exercise is a
-# *check*: run it, and if something is wrong it tells you what, in words. When you submit,
-# the same checks run again with extra hidden cases, so make the code right, not just the
-# printed numbers. Run the notebook top to bottom (*Kernel > Restart and run all*) before
-# you submit.
+# %course-include how_this_lab_works.md
 
 # %% nbgrader={"locked": true, "grade_id": "setup"}
 # %course-setup

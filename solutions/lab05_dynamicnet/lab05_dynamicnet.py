@@ -157,21 +157,7 @@ class NoMNIST(RuntimeError):
         return [f"NoMNIST: {self}"]
 
 
-def read_mnist(raw):
-    """The four MNIST files in the folder `raw` (IDX, gzipped or not) as uint8 tensors, or None."""
-    paths = [
-        next((p for p in (f"{raw}/{n}", f"{raw}/{n}.gz") if os.path.isfile(p)), None) for n in NAMES
-    ]
-    if None in paths:
-        return None
-    parts = []
-    for path in paths:
-        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as fh:
-            data = fh.read()
-        start = 4 + 4 * data[3]  # a 4-byte magic number, then one 4-byte size per dimension
-        shape = struct.unpack(f">{data[3]}I", data[4:start])
-        parts.append(torch.frombuffer(bytearray(data[start:]), dtype=torch.uint8).view(shape))
-    return parts
+# %course-include mnist_reader.py
 
 
 def download_mnist(raw):
@@ -286,28 +272,7 @@ print(f"{train_x.element_size() * train_x.nelement() / 2**20:.0f} MiB in memory"
 
 
 # %% nbgrader={"solution": true, "grade_id": "dynamicnet"}
-class DynamicNet(nn.Module):
-    """The middle layer is applied 0 to max_depth times, a new draw on every call."""
-
-    def __init__(self, d_in=784, hidden=100, d_out=10, max_depth=3, seed=None):
-        super().__init__()
-        self.input_linear = nn.Linear(d_in, hidden)
-        self.middle_linear = nn.Linear(hidden, hidden)
-        self.output_linear = nn.Linear(hidden, d_out)
-        self.max_depth = max_depth
-        self.rng = random.Random(seed)
-        self.last_depth = None
-
-    def forward(self, x, depth=None):
-        ### BEGIN SOLUTION
-        if depth is None:
-            depth = self.rng.randint(0, self.max_depth)
-        self.last_depth = depth
-        h = F.relu(self.input_linear(x.flatten(1)))
-        for _ in range(depth):
-            h = F.relu(self.middle_linear(h))
-        return F.log_softmax(self.output_linear(h), dim=1)
-        ### END SOLUTION
+# %course-include dynamicnet.py --exercise
 
 
 # %% nbgrader={"locked": true, "grade_id": "check_helpers"}

@@ -20,11 +20,7 @@
 # 5. **a custom operator the compiler can see**: `torch.library.custom_op`;
 # 6. **the compiler's backward**: what AOTAutograd makes of your backward pass.
 #
-# **How this lab works.** Cells marked *exercise* are yours: replace
-# `raise NotImplementedError(...)` with your code. The cell after each exercise is a *check*: run
-# it, and if something is wrong it tells you what, in words. When you submit, the same checks run
-# again with extra hidden cases, so make the code right, not just the printed numbers. Run the
-# notebook top to bottom (*Kernel > Restart and run all*) before you submit.
+# %course-include how_this_lab_works.md
 
 # %% nbgrader={"locked": true, "grade_id": "setup"}
 # %course-setup

@@ -25,6 +25,8 @@ import random
 import re
 from pathlib import Path
 
+from graders.build import includes
+
 REPO = Path(__file__).resolve().parents[2]
 SOLUTIONS = REPO / "solutions"
 
@@ -38,8 +40,9 @@ def normalise(text: str) -> str:
 
 @functools.cache
 def lab_text(lab: str) -> str:
-    """The whole text source of `lab`, comment marks and line breaks taken away."""
-    source = (SOLUTIONS / lab / f"{lab}.py").read_text(encoding="utf-8")
+    """The whole text source of `lab` (its shared fragments included), comment marks and
+    line breaks taken away."""
+    source = includes.lab_text(lab)
     lines = (re.sub(r"^\s*# ?", "", line) for line in source.splitlines())
     return normalise(" ".join(lines))
 
@@ -71,9 +74,18 @@ def _lab_definitions(lab: str, name: str, names: dict):
     import torch.nn.functional as F
     from torch import nn
 
-    tree = ast.parse((SOLUTIONS / lab / f"{lab}.py").read_text(encoding="utf-8"))
+    path = SOLUTIONS / lab / f"{lab}.py"
+    text = path.read_text(encoding="utf-8")
     kinds = (ast.ClassDef, ast.FunctionDef)
-    found = {node.name: node for node in tree.body if isinstance(node, kinds)}
+    # the lab's own definitions, and those of the shared fragments it includes (from their
+    # own file, so that tracebacks and compilers quote the right lines)
+    code = [name for name, _ in includes.included(text) if name.endswith(".py")]
+    sources = [(path, text)] + [(includes.COMMON / name, None) for name in code]
+    found, origin = {}, {}
+    for file, content in sources:
+        for node in ast.parse(content or file.read_text(encoding="utf-8")).body:
+            if isinstance(node, kinds):
+                found[node.name], origin[node.name] = node, str(file)
     if name not in found:
         raise LookupError(f"{lab} defines no top-level class or function {name!r}")
     wanted, order = [name], []
@@ -83,8 +95,9 @@ def _lab_definitions(lab: str, name: str, names: dict):
         if isinstance(node, ast.ClassDef):
             wanted += [b.id for b in node.bases if isinstance(b, ast.Name) and b.id in found]
     namespace = {"torch": torch, "nn": nn, "F": F, "random": random, "math": math, **names}
-    source = str(SOLUTIONS / lab / f"{lab}.py")  # so tracebacks and compilers quote its lines
-    exec(compile(ast.Module(body=order, type_ignores=[]), source, "exec"), namespace)
+    for node in order:  # each from its file, so tracebacks and compilers quote its lines
+        module = ast.Module(body=[node], type_ignores=[])
+        exec(compile(module, origin[node.name], "exec"), namespace)
     return namespace[name]
 
 

@@ -14,6 +14,7 @@ import jupytext
 import pytest
 from claims import QUOTED, SOLUTIONS, normalise
 
+from graders.build import includes
 from graders.config.course import LABS
 
 UNIT = (
@@ -27,7 +28,7 @@ CODE = re.compile(r"`[^`]*`|\$[^$]*\$")  # code and formulas: what they say, not
 
 def figures(lab: str) -> list[tuple[str, str, int]]:
     """(figure, its markdown cell's normalised text, where) for every figure in `lab`'s prose."""
-    notebook = jupytext.read(SOLUTIONS / lab / f"{lab}.py")
+    notebook = jupytext.reads(includes.lab_text(lab), fmt="py:percent")  # fragments too
     found = []
     for cell in notebook.cells:
         if cell.cell_type == "markdown":

@@ -1,44 +1,57 @@
-"""The course has one DynamicNet: every lab that defines it gives it the same signature and
-meaning (labs 5, 6, 8 and 9). The class is taken from each lab's text source, with the classes
-it derives from, and run here."""
+"""The course has one DynamicNet, written once in solutions/common/dynamicnet.py: every lab that
+builds on it (labs 5, 6, 8, 9 and 10) includes that fragment (``# %course-include
+dynamicnet.py``, graders/build/includes.py) instead of defining a class of its own, and lab 5's
+exercise includes it with its solution marks. The class is run here from that one file."""
 
 from __future__ import annotations
 
 import ast
 import inspect
+import random
 
 import pytest
 import torch
 import torch.nn.functional as F
 from claims import SOLUTIONS, lab_class
+from torch import nn
 
+from graders.build import includes
 from graders.config.course import LABS
 
 SIGNATURE = "(d_in=784, hidden=100, d_out=10, max_depth=3, seed=None)"
 
 
-def defines_it(lab: str) -> bool:
-    tree = ast.parse((SOLUTIONS / lab / f"{lab}.py").read_text(encoding="utf-8"))
-    return any(isinstance(n, ast.ClassDef) and n.name == "DynamicNet" for n in tree.body)
+def own_text(lab: str) -> str:
+    return (SOLUTIONS / lab / f"{lab}.py").read_text(encoding="utf-8")
 
 
-LABS_WITH_IT = [lab for lab in LABS if defines_it(lab)]
+LABS_WITH_IT = [lab for lab in LABS if ("dynamicnet.py", False) in includes.included(own_text(lab))]
+EXERCISE = [lab for lab in LABS if ("dynamicnet.py", True) in includes.included(own_text(lab))]
 
 
-def test_the_labs_that_build_on_dynamicnet_define_it():
-    assert len(LABS_WITH_IT) >= 4, f"DynamicNet is defined only in {LABS_WITH_IT}"
+def test_the_labs_that_build_on_dynamicnet_include_the_one_class():
+    assert EXERCISE == ["lab05_dynamicnet"], "lab 5 asks for DynamicNet's forward"
+    assert len(LABS_WITH_IT) >= 4, f"DynamicNet is included only in {LABS_WITH_IT}"
+    for lab in LABS:
+        tree = ast.parse(own_text(lab))
+        mine = [
+            n.lineno for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "DynamicNet"
+        ]
+        assert not mine, f"{lab}, line {mine[0]}: a DynamicNet of its own; include dynamicnet.py"
 
 
-@pytest.mark.parametrize("lab", LABS_WITH_IT)
-def test_one_signature(lab):
+@pytest.mark.parametrize("lab", EXERCISE + LABS_WITH_IT[:1])
+def test_the_labs_class_is_the_fragments(lab):
     net = lab_class(lab, "DynamicNet")
-    assert str(inspect.signature(net.__init__)).replace("self, ", "") == SIGNATURE
-    assert list(inspect.signature(net.forward).parameters) == ["self", "x", "depth"]
+    assert net.forward.__code__.co_filename == str(includes.COMMON / "dynamicnet.py")
 
 
-@pytest.mark.parametrize("lab", LABS_WITH_IT)
-def test_one_meaning(lab):
-    DynamicNet = lab_class(lab, "DynamicNet")
+def test_one_meaning():
+    DynamicNet = includes.load(
+        "dynamicnet.py", {"torch": torch, "nn": nn, "F": F, "random": random}
+    )["DynamicNet"]
+    assert str(inspect.signature(DynamicNet.__init__)).replace("self, ", "") == SIGNATURE
+    assert list(inspect.signature(DynamicNet.forward).parameters) == ["self", "x", "depth"]
     torch.manual_seed(0)
     net = DynamicNet(5, 8, 3, seed=1)
     x = torch.randn(4, 5)

@@ -39,3 +39,31 @@ def test_a_name_that_is_not_a_lab_is_refused_in_one_line():
     assert unknown_labs(LABS[:2]) is None
     said = unknown_labs([LABS[0], "lab99_nothing", "lab00_none"])
     assert said == f"no such lab: lab00_none, lab99_nothing (labs: {', '.join(LABS)})"
+
+
+def test_the_data_root_is_an_nbgrader_setting_not_an_environment_variable(monkeypatch, tmp_path):
+    """c.CourseData.root (documented with help=) names the data root; the grader prepares the
+    data there and gives it to the kernels as their own $COURSE_DATA_ROOT. The grader's own
+    environment names nothing (it used to be read from $COURSE_DATA_ROOT)."""
+    from traitlets.config import Config
+
+    from data import mnist
+    from graders.config import course
+
+    prepared = []
+    monkeypatch.setattr(mnist, "prepare", lambda root: prepared.append(root))
+    monkeypatch.setenv("COURSE_DATA_ROOT", str(tmp_path / "from-the-environment"))
+    configured = course.configured_data_root(Config({"CourseData": {"root": str(tmp_path)}}))
+    assert configured == tmp_path
+    assert course.configured_data_root(Config()) == course.REPO / "data" / "cache"
+    assert course.prepare_data(["lab05_dynamicnet"], configured) == {
+        "COURSE_DATA_ROOT": str(tmp_path)
+    }
+    assert course.prepare_data(["lab01_graph"], configured) == {}  # no lab that reads data
+    assert prepared == [tmp_path]
+    monkeypatch.setattr(course, "REPO", tmp_path)  # a course whose nbgrader_config.py sets it
+    (tmp_path / "nbgrader_config.py").write_text(
+        f"c = get_config()\nc.CourseData.root = '{tmp_path / 'd'}'\n"
+    )
+    assert course.configured_data_root() == tmp_path / "d"
+    assert "COURSE_DATA_ROOT" in course.CourseData.class_traits()["root"].help

@@ -99,20 +99,3 @@ def test_a_cluster_that_does_not_start_leaves_the_class_graded_here(monkeypatch)
     here, on_engine, merged, run = lanes(monkeypatch, 3, up_after=None)
     assert on_engine == [] and sorted(here) == ["h0", "h1", "h2"] and run.graded == 3
     assert run.interrupted is None
-
-
-def test_grading_here_leaves_jupyters_variables_as_they_were(monkeypatch):
-    import os
-
-    from graders.grade import dispatch, task
-
-    monkeypatch.setenv("JUPYTER_PATH", "/before")
-    monkeypatch.delenv("JUPYTER_RUNTIME_DIR", raising=False)
-
-    def run(course, job):  # as graders.grade.task.run does, for its kernel's spec and files
-        os.environ.update({"JUPYTER_PATH": "/scratch/jupyter", "JUPYTER_RUNTIME_DIR": "/x"})
-        return {"ok": True}
-
-    monkeypatch.setattr(task, "run", run)
-    assert dispatch.grade_here({}, {"lab": "x"}) == {"ok": True}
-    assert os.environ["JUPYTER_PATH"] == "/before" and "JUPYTER_RUNTIME_DIR" not in os.environ

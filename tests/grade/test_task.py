@@ -17,6 +17,7 @@ from graders.formats import gradebook, timings, wire
 from graders.formats.timings import PHASES, TOTAL, Phase
 from graders.formats.wire import LocalJob
 from graders.grade import merge, task
+from graders.sandbox.sandbox_kernel import SandboxKernelManager
 
 
 def notebook(*cells: tuple[str, str | None]) -> nbformat.NotebookNode:
@@ -71,6 +72,9 @@ class FakeApi:
             Path(self.root) / "submitted" / student / lab / f"{lab}.ipynb", as_version=4
         )
         settings = self.changes["SandboxedExecute"]["settings"]
+        manager = SandboxKernelManager(kernel_name="python3")  # as SandboxedExecute makes it
+        manager.sandbox = settings
+        self.seen_kernelspec = manager.kernel_spec.resource_dir  # the one the kernel starts from
         timings.add(Path(settings["timings"]), Phase.KERNEL_START, 0.25)
         timings.add(Path(self.changes["JudgeRecords"]["timings"]), Phase.CHECKS, 0.5)
         return {"success": False, "log": "[AutogradeApp | ERROR] the notebook is broken"}
@@ -100,9 +104,14 @@ def test_settings_go_to_nbgrader_as_configuration_and_timings_come_back(tmp_path
         releases={"lab1": nbformat.writes(release)},
         scratch_root=str(tmp_path),
     )
+    before = dict(os.environ)
     result = task.grade(api_for, job)
+    assert dict(os.environ) == before, "a task writes nothing of the process's environment"
     (api,) = made
     settings = api.changes["SandboxedExecute"]["settings"]
+    # its kernelspec reaches the kernel manager through the settings (not JUPYTER_PATH)
+    assert settings["kernelspecs"] == str(Path(api.root) / "jupyter" / "kernels")
+    assert api.seen_kernelspec == str(Path(settings["kernelspecs"]) / "python3")
     assert settings["budget_s"] == 30 and settings["threads"] == 1
     assert settings["flat"] is True  # limits given: no per-lab budgets (graders/formats/budgets.py)
     assert api.changes["SandboxedExecute"]["reference_dir"] == job["reference_dir"]
@@ -197,8 +206,13 @@ def test_a_task_lays_out_every_notebook_and_the_released_folders_as_the_course_h
             return {"success": False, "log": ""}
 
     monkeypatch.setattr(task, "api_factory", lambda *_: Api)
+    from graders.config import course as settings
+
+    asked = []  # the data root the class run resolved once (c.CourseData.root), as given
+    monkeypatch.setattr(settings, "prepare_data", lambda labs, root: asked.append(root) or {})
     release = notebook(("check(True)", "t1"))
     course = wire.Course(
+        data_root="/srv/course-data",
         config="c = get_config()\n",
         gradebook=gradebook.of(tmp_path).read_bytes(),
         references={"quiz": {"one": {}, "two": {}}},
@@ -212,7 +226,7 @@ def test_a_task_lays_out_every_notebook_and_the_released_folders_as_the_course_h
         cell_timeout=None, budget_s=None, feedback=False,
     )  # fmt: skip
     result = task.run(course, job)
-    assert result["ok"] is False
+    assert result["ok"] is False and asked == ["/srv/course-data"]
     assert seen["notebooks"] == ["one.ipynb"]  # "two" was not handed in: nbgrader gives it 0
     assert seen["one"].cells[0].metadata["nbgrader"]["points"] == 2
     assert seen["files"] == ["data", "data.txt"]

@@ -20,7 +20,7 @@ import platform
 import pytest
 from helpers import forked, printed_line, sandbox_client
 
-from graders.sandbox import sandbox, zygote
+from graders.sandbox import sandbox
 from graders.sandbox.sandbox_argv import kernel_side
 
 guard = kernel_side("grading_guard")
@@ -89,7 +89,6 @@ def grader_session_key() -> str:
 def test_a_kernel_has_no_keyring_nor_namespace_nor_mount_nor_ptrace(tmp_path, monkeypatch, fork):
     if fork and os.getuid() != 0:
         pytest.skip("only a root grader forks kernels")
-    monkeypatch.setenv(zygote.SWITCH, "1" if fork else "0")
     secret = grader_session_key()
     _, add_key, _, keyctl = guard.SYSCALLS[platform.machine()]
     code = TRY_KEYS.replace("ADD_KEY", str(add_key)).replace("KEYCTL", str(keyctl))
@@ -97,7 +96,7 @@ def test_a_kernel_has_no_keyring_nor_namespace_nor_mount_nor_ptrace(tmp_path, mo
     calls = TRY_CALLS.replace("REFUSED", repr(guard.refused(machine)))
     calls = calls.replace("CLONE", str(guard.CLONE[machine]))
     calls = calls.replace("UNSHARE", str(guard.REFUSED[machine]["unshare"]))
-    client = sandbox_client(tmp_path, [code, calls])
+    client = sandbox_client(tmp_path, [code, calls], fork=fork)
     client.execute()
     assert forked(client) == fork
     tried = json.loads(printed_line(client.nb.cells[0], "KEYS"))

@@ -28,5 +28,5 @@ def test_runs_are_told_apart_in_the_log():
             line("11:00:10", queue=0.1, total=9, merge=0.2),  # one student regraded
         ]
     )
-    assert [(r["hand_ins"], r["wall_s"]) for r in found] == [(5, 50.0), (1, pytest.approx(9.3))]
-    assert found[0]["sum_s"] == pytest.approx(15.2 + 20.2 + 25.2)
+    assert [(r.hand_ins, r.wall_s) for r in found] == [(5, 50.0), (1, pytest.approx(9.3))]
+    assert found[0].sum_s == pytest.approx(15.2 + 20.2 + 25.2)

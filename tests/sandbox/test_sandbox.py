@@ -49,6 +49,18 @@ def test_the_graders_settings_reach_every_kernel_through_nbgraders_configuration
         shutil.rmtree(runtime, ignore_errors=True)
 
 
+@pytest.mark.parametrize("fork", [True, False])
+def test_whether_kernels_are_forked_is_an_nbgrader_setting(fork):
+    """``c.SandboxedExecute.fork_kernels`` (documented with help=, no environment variable)
+    reaches the kernel manager in the sandbox's settings, beside the grader's own."""
+    config = Config({"SandboxedExecute": {"fork_kernels": fork, "settings": {"threads": 2}}})
+    step = sandbox.SandboxedExecute(config=config)
+    step.nb, step._data, step._notebook_s = new_notebook(), {}, None  # as preprocess sets them
+    manager = step.create_kernel_manager()
+    assert manager.sandbox["fork"] is fork and manager.sandbox["threads"] == 2
+    assert "warm process" in sandbox.SandboxedExecute.class_traits()["fork_kernels"].help
+
+
 # ------------------------------------------------------------ per-lab time budgets (hostile)
 
 

@@ -8,8 +8,8 @@ were all forked from.
   children or a capability.
 * A hand-in cannot kill its namespace's init (as under bubblewrap); one that kills its own
   kernel ends only itself: the warm process forks the next kernel as before.
-* The grader's switch (COURSE_FORK_KERNELS=0) and a grader that is not root start every
-  kernel alone in bubblewrap, as before.
+* The grader's switch (c.SandboxedExecute.fork_kernels = False) and a grader that is not
+  root start every kernel alone in bubblewrap, as before.
 * The folder of a warm process whose grader was killed is removed by the next one made.
 * A read-only folder (the course's data) made or replaced after a warm process started is
   seen by the next kernel as it is then, as a kernel started alone sees it.
@@ -188,14 +188,11 @@ def test_switched_off_or_not_root_a_kernel_starts_alone(tmp_path, monkeypatch):
     private = tmp_path / "kernel-x"
     assert zygote.usable(private, command)
     assert not zygote.usable(private, ["R", "--slave", "-f", "x"])  # not ipykernel
-    monkeypatch.setenv(zygote.SWITCH, "0")
-    assert not zygote.usable(private, command)
-    monkeypatch.delenv(zygote.SWITCH)
+    assert not zygote.usable(private, command, fork=False)  # c.SandboxedExecute.fork_kernels
     monkeypatch.setattr(zygote.os, "getuid", lambda: 1000)
     assert not zygote.usable(private, command)
     monkeypatch.undo()
-    monkeypatch.setenv(zygote.SWITCH, "0")
-    alone = sandbox_client(tmp_path, ["print('alone')"])
+    alone = sandbox_client(tmp_path, ["print('alone')"], fork=False)
     alone.execute()
     assert "alone" in stream_text(alone.nb.cells[0])
     assert not forked(alone) and "bwrap" in alone.started[0]
