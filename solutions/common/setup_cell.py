@@ -190,6 +190,7 @@ def attempt(fn, *args, **kwargs):
 
 
 WIDEST_PT = 675  # 900 px: a picture no wider than a notebook's output area
+SMALLEST_SCALE = 0.6  # shrunk more, a graph's 14 pt labels are under 11 px: too small to read
 
 
 def fit_width(svg, widest=WIDEST_PT):
@@ -303,8 +304,113 @@ def graph_text(tensor, params=None, limit=40):
     return "\n".join(lines)
 
 
-def draw(tensor, **options):
-    """Draw the graph behind `tensor`: a picture (torchviz + Graphviz), else a text drawing."""
+def _tensors(value):
+    """The tensors in `value` (a tensor, or tuples and lists of them), in order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors(item)]
+    return []
+
+
+class calls_of:
+    """`with calls_of(model.cell) as calls:` records each call of a module (the tensors in and
+    out, with a forward hook), so that `draw(t, calls=calls)` draws each call as one box."""
+
+    def __init__(self, module, name="cell"):
+        self.module, self.name, self.calls = module, name, []
+
+    def __enter__(self):
+        def hook(module, args, output):
+            self.calls.append((_tensors(args), _tensors(output)))
+
+        self.handle = self.module.register_forward_hook(hook)
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.remove()
+        return False
+
+
+def calls_source(tensor, calls, params=None):
+    """Graphviz source of the graph behind `tensor` with each call that `calls` (a calls_of)
+    recorded drawn as one box: the nodes its outputs reach before its inputs or a leaf."""
+    owner = {}
+    for number, (inputs, outputs) in enumerate(calls.calls, 1):
+        stop = {t.grad_fn for t in inputs if t.grad_fn is not None}
+        todo = [t.grad_fn for t in outputs if t.grad_fn is not None]
+        while todo:
+            node = todo.pop()
+            if node is None or node in stop or node in owner or hasattr(node, "variable"):
+                continue
+            owner[node] = number
+            todo.extend(next_node for next_node, _ in node.next_functions)
+    sizes = {}
+    for number in owner.values():
+        sizes[number] = sizes.get(number, 0) + 1
+    names = {id(value): name for name, value in (params or {}).items()}
+    roots = list(tensor) if isinstance(tensor, (tuple, list)) else [tensor]
+    lines = [
+        "digraph {",
+        "  node [shape=box style=filled fillcolor=white fontname=Courier fontsize=12 height=0.2]",
+    ]
+    boxes, edges, walked = set(), set(), set()
+    todo = [t.grad_fn for t in roots if t.grad_fn is not None]
+
+    def key(node):
+        return f"call{owner[node]}" if node in owner else f"n{id(node)}"
+
+    while todo:
+        node = todo.pop()
+        if node in walked:
+            continue
+        walked.add(node)
+        if key(node) not in boxes:
+            boxes.add(key(node))
+            leaf = getattr(node, "variable", None)
+            if node in owner:
+                label = f"{calls.name} call {owner[node]}\\n({sizes[owner[node]]} operations)"
+                lines.append(f'  {key(node)} [label="{label}" fillcolor=moccasin]')
+            elif leaf is not None:
+                label = f"{names.get(id(leaf), '')}\\n{tuple(leaf.shape)}"
+                lines.append(f'  {key(node)} [label="{label}" fillcolor=lightblue]')
+            else:
+                lines.append(f'  {key(node)} [label="{type(node).__name__}"]')
+        for next_node, _ in node.next_functions:
+            if next_node is None:
+                continue
+            todo.append(next_node)
+            edge = (key(next_node), key(node))
+            if edge[0] != edge[1] and edge not in edges:
+                edges.add(edge)
+                lines.append(f"  {edge[0]} -> {edge[1]}")
+    for number, root in enumerate(roots):
+        lines.append(f'  root{number} [label="{tuple(root.shape)}" fillcolor=darkolivegreen1]')
+        if root.grad_fn is not None:
+            lines.append(f"  {key(root.grad_fn)} -> root{number}")
+    return "\n".join([*lines, "}"])
+
+
+def _render(source):
+    """The SVG that the first working dot program makes of Graphviz `source`, or None."""
+    for program in _dot_programs():
+        run = subprocess.run(
+            [program, "-Tsvg"], input=source.encode(), capture_output=True, timeout=60
+        )
+        if run.returncode == 0 and b"<svg" in run.stdout:
+            return run.stdout.decode("utf-8", "replace")
+    return None
+
+
+def _too_big(svg, widest=WIDEST_PT):
+    """Whether the SVG, fitted to the output area, would be too small to read."""
+    size = re.search(r'<svg width="([0-9.]+)pt"', svg)
+    return bool(size) and float(size.group(1)) * SMALLEST_SCALE > widest
+
+
+def draw(tensor, calls=None, **options):
+    """Draw the graph behind `tensor`: a picture (torchviz + Graphviz), else a text drawing.
+    With `calls` (a calls_of), each recorded call of its module is one box."""
     try:
         from torchviz import make_dot
     except ImportError as error:
@@ -319,16 +425,24 @@ def draw(tensor, **options):
     else:
         why = "`pip install graphviz-pure`, or install Graphviz (`apt install graphviz`)"
         try:
-            graph = make_dot(tensor, **options)
-            graph.node_attr["fontname"] = "Courier"  # a font graphviz-pure can measure too
-            source = graph.source
-            for program in _dot_programs():
-                run = subprocess.run(
-                    [program, "-Tsvg"], input=source.encode(), capture_output=True, timeout=60
+            if calls is not None:
+                source = calls_source(tensor, calls, options.get("params"))
+                alt = (
+                    f"{graph_summary(tensor)}, drawn with each of the {len(calls.calls)} "
+                    f"calls of the {calls.name} as one box"
                 )
-                if run.returncode == 0 and b"<svg" in run.stdout:
-                    svg = run.stdout.decode("utf-8", "replace")
-                    return GraphPicture(svg, source, graph_summary(tensor))
+            else:
+                graph = make_dot(tensor, **options)
+                graph.node_attr["fontname"] = "Courier"  # a font graphviz-pure can measure too
+                source, alt = graph.source, graph_summary(tensor)
+            svg = _render(source)
+            if svg is not None and _too_big(svg):
+                return print(
+                    f"({alt}: too big a graph to read as a picture in the output area; draw a "
+                    "smaller part of it.)"
+                )
+            if svg is not None:
+                return GraphPicture(svg, source, alt)
         except Exception as error:  # a drawing is never worth a traceback
             why = f"see the error: {type(error).__name__}: {str(error)[:80]}"
     try:

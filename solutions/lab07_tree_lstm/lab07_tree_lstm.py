@@ -795,8 +795,10 @@ observe(
 # Every cell call added its own nodes to the autograd graph, and `backward()` walks back
 # through all of them. See it on a small tree, `[MAX 2 [MIN 4 7 ] ]` (each node drawn at its
 # height), and below it `draw()` of the graph that `encode_recursive` built for it with a
-# tiny model. The cell's operations appear five times, once per node; the parameters at the
-# top feed all five copies, so their gradients add up over the nodes.
+# tiny model, each call of the cell drawn as one box that stands for all the operations it
+# recorded (`calls=`: the setup cell's `calls_of` records the calls with a forward hook). The
+# cell's operations appear five times, once per node; the parameters at the top feed all five
+# copies, so their gradients add up over the nodes.
 
 
 # %%
@@ -834,7 +836,7 @@ def plot_tree(tree, ax):
 small_tree = parse("[MAX 2 [MIN 4 7 ] ]")
 torch.manual_seed(0)
 small_model = TreeLSTM(hidden_size=2, embed_size=2)
-with your_code("encode_recursive"):
+with your_code("encode_recursive"), calls_of(small_model.cell) as small_calls:
     small_h, _ = encode_recursive(small_model, small_tree)
 fig, ax = plt.subplots(figsize=(2.8, 2.6))
 plot_tree(small_tree, ax)
@@ -844,7 +846,7 @@ show_figure(
     f"The tree {to_string(small_tree)} drawn by height: its leaves at height 1, each "
     "operator one above its tallest child.",
 )
-draw(small_h, params=dict(small_model.named_parameters()))
+draw(small_h, params=dict(small_model.named_parameters()), calls=small_calls)
 
 # %% [markdown]
 # For a batch of trees we call `encode_recursive` once per tree and stack the roots:

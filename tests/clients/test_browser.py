@@ -48,6 +48,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+BLANK = "blank.ipynb"  # beside the filled-in lab: the release as handed out
+SCREEN_PX = 1100  # the browser's window height: no output may be taller
 STEP_MS = 120_000  # the longest any one step (page load, running all cells) may take
 
 pytestmark = pytest.mark.timeout(480)
@@ -57,6 +59,27 @@ PICTURE_JS = """node => ({alt: node.alt, natural: node.naturalWidth,
 KERNEL_IDLE = (
     "window.jupyterapp?.shell.currentWidget?.sessionContext?.session?.kernel?.status === 'idle'"
 )
+# every output of the open notebook as shown: its height, the lines of an error's text,
+# each picture's rendered and natural width and the width of the output area it is in
+OUTPUTS_JS = """() => {
+  const found = [];
+  for (const cell of window.jupyterapp.shell.currentWidget.content.widgets) {
+    if (cell.model.type !== 'code') continue;
+    const model = cell.outputArea.model;
+    found.push({height: cell.outputArea.node.getBoundingClientRect().height, error: 0,
+                area: 0, pictures: []});
+    cell.outputArea.widgets.forEach((child, i) => {
+      const node = child.node.querySelector('.jp-OutputArea-output') || child.node;
+      found.push({height: 0, area: node.clientWidth,
+        error: i < model.length && model.get(i).type === 'error'
+          ? node.innerText.trim().split('\\n').length : 0,
+        pictures: [...node.querySelectorAll('img, svg')]
+          .filter(p => !p.parentElement.closest('svg'))
+          .map(p => ({shown: p.getBoundingClientRect().width, natural: p.naturalWidth || 0}))});
+    });
+  }
+  return found;
+}"""
 ERRORS_JS = """() => {
   const errors = [];
   for (const cell of window.jupyterapp.shell.currentWidget.content.model.cells) {
@@ -96,6 +119,12 @@ def jupyterlab(request, tmp_path):
     nbformat.write(
         student_notebook(complete, release, source_notebook(lab)), root / lab / f"{lab}.ipynb"
     )
+    # the release as handed out, every exercise blank; "raises-exception" lets "run all" go
+    # on past a failed check (JupyterLab then sends stop_on_error false), as a student does
+    for cell in release.cells:
+        if cell.cell_type == "code":
+            cell.metadata.setdefault("tags", []).append("raises-exception")
+    nbformat.write(release, root / lab / BLANK)
     port, token = free_port(), secrets.token_hex(16)
     env = dict(
         os.environ,
@@ -172,6 +201,42 @@ def open_and_run_all(page, base: str, token: str, lab: str) -> None:
     assert not errors, f"cells failed in JupyterLab: {errors[:3]}"
 
 
+def shown_problems(page, what: str) -> list[str]:
+    """What the open notebook shows that it should not, measured in the page: an error of
+    more than one line, an output taller than the window, a picture wider than its area."""
+    found = []
+    for n, out in enumerate(page.evaluate(OUTPUTS_JS)):
+        if out["error"] > 1:
+            found.append(f"{what}: output {n} is an error of {out['error']} lines")
+        if out["height"] > SCREEN_PX:
+            found.append(f"{what}: a cell's outputs are {out['height']:.0f} px tall")
+        for picture in out["pictures"]:
+            if max(picture["shown"], picture["natural"]) > out["area"] + 1:
+                found.append(f"{what}: output {n} has a picture {picture} in {out['area']} px")
+    return found
+
+
+def run_blank(page, lab: str) -> int:
+    """Open the blank copy of the lab, run every cell (past failed checks), wait for the
+    kernel; the number of error outputs."""
+    path = f"{lab}/{BLANK}"  # opened beside the filled-in lab, in the same page
+    opened = f"window.jupyterapp.commands.execute('docmanager:open', {{path: '{path}'}})"
+    page.evaluate(f"async () => {{ await {opened}; }}")
+    page.wait_for_function(
+        f"() => window.jupyterapp.shell.currentWidget?.context?.path === '{path}'"
+    )
+    page.wait_for_function(f"() => {KERNEL_IDLE}")
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.wait_for_function(
+        f"""() => {{
+          const cells = [...window.jupyterapp.shell.currentWidget.content.model.cells]
+            .filter(c => c.type === 'code');
+          return {KERNEL_IDLE} && cells.every(c => c.executionCount);
+        }}"""
+    )
+    return len(page.evaluate(ERRORS_JS))
+
+
 def browser_page(playwright):
     browser = playwright.chromium.launch(
         executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=STEP_MS
@@ -207,6 +272,12 @@ def test_a_lab_runs_in_jupyterlab_with_nbgrader(jupyterlab):
             assert placeholder.is_visible(), "the setup cell is not collapsed"
             assert "@title Setup" in placeholder.inner_text()
             page.screenshot(path=str(SCREENSHOT))
+            shown = shown_problems(page, f"{LAB} filled in")
+            # the same release, every exercise blank: each check says one sentence
+            failed = run_blank(page, LAB)
+            assert failed >= 3, f"{LAB} blank: only {failed} cells failed; were the checks run?"
+            shown += shown_problems(page, f"{LAB} blank")
+            assert not shown, "\n".join(shown)
         finally:
             browser.close()
     assert SCREENSHOT.stat().st_size > 10_000

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import shutil
@@ -86,19 +87,93 @@ def test_draw_makes_a_picture_with_a_dot_program():
     assert "TanhBackward0" in svg and ">W" in svg  # a node and the named leaf
 
 
+def branches(k):
+    """A graph of k parallel sin(x * j) branches, 2k + 3 nodes side by side."""
+    x = torch.ones(3, requires_grad=True)
+    return sum((x * j).sin() for j in range(k))
+
+
 def test_a_big_graph_is_drawn_no_wider_than_the_output_area_with_a_text_alternative():
-    """draw() of a graph of 100 operations: the picture is at most WIDEST_PT wide (Graphviz's
-    natural size is wider), its HTML form an <img> whose alt says what the graph holds."""
+    """draw() of a graph somewhat wider than the output area (Graphviz's natural size): the
+    picture is at most WIDEST_PT wide, still readable (shrunk no more than SMALLEST_SCALE),
+    its HTML form an <img> whose alt says what the graph holds."""
     namespace = setup_namespace()
     if not namespace["_dot_programs"]():
         pytest.skip("no dot program (pip install -e .)")
-    x = torch.ones(3, requires_grad=True)
-    outs = [(x * k).sin() for k in range(50)]
-    picture = namespace["draw"](sum(outs))
+    picture = namespace["draw"](branches(7))
     width = float(re.search(r'<svg width="([0-9.]+)pt"', picture.svg).group(1))
     assert width <= namespace["WIDEST_PT"]
+    assert svg_scale(picture.svg) >= namespace["SMALLEST_SCALE"], svg_scale(picture.svg)
     page = picture._repr_html_()
-    assert page.startswith('<img alt="the autograd graph: ') and "50 SinBackward0" in page
+    assert page.startswith('<img alt="the autograd graph: ') and "7 SinBackward0" in page
+
+
+def test_a_graph_too_big_to_read_in_the_output_area_says_so_in_one_line(capsys):
+    """draw() of 50 branches (Graphviz's natural size about nine output areas wide): no picture
+    shrunk to unreadable labels (the old draw() gave one, at a ninth of its size), one line
+    that says what the graph holds and to draw a smaller part."""
+    namespace = setup_namespace()
+    if not namespace["_dot_programs"]():
+        pytest.skip("no dot program (pip install -e .)")
+    picture = namespace["draw"](branches(50))
+    assert picture is None, f"a picture at {svg_scale(picture.svg):.2f} of its size"
+    printed = capsys.readouterr().out.strip()
+    assert printed.count("\n") == 0 and "50 SinBackward0" in printed, printed
+    assert "too big a graph to read" in printed and "smaller part" in printed, printed
+
+
+def test_calls_of_draws_each_call_of_a_module_as_one_box():
+    """A module called five times in one graph (lab 7's cell at each node of a tree): with
+    `calls=`, each call is one box naming how many operations it stands for, and the
+    module's weight is one leaf that feeds all five boxes."""
+    namespace = setup_namespace()
+    if not namespace["_dot_programs"]():
+        pytest.skip("no dot program (pip install -e .)")
+    cell = torch.nn.Linear(4, 4)
+    with namespace["calls_of"](cell) as calls:
+        h = torch.ones(1, 4)
+        for _ in range(5):
+            h = cell(h).tanh() * 2
+    picture = namespace["draw"](h.sum(), params=dict(cell.named_parameters()), calls=calls)
+    assert picture is not None
+    source = picture.source
+    assert [f"cell call {n}" in source for n in range(1, 7)] == [True] * 5 + [False], source
+    assert source.count("(2 operations)") == 5, source  # t() of the weight, then addmm
+    weight = re.search(r'(\S+) \[label="weight\\n\(4, 4\)"', source).group(1)
+    assert sorted(re.findall(rf"{weight} -> (\S+)", source)) == [f"call{n}" for n in range(1, 6)]
+    assert "MulBackward0" in source and "TanhBackward0" in source  # between the calls
+    assert "drawn with each of the 5 calls of the cell as one box" in picture.alt
+    assert svg_scale(picture.svg) >= namespace["SMALLEST_SCALE"]
+
+
+SMALLEST_SCALE = 0.6  # the setup cell's: shrunk more, a graph's labels are under 11 px
+
+
+def unreadable_pictures(nb) -> list[str]:
+    """The graph pictures of an executed notebook shrunk to fit the output area so far that
+    their labels cannot be read (lab 7's tree graph was drawn at 0.38 of its size)."""
+    found = []
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            inline = re.search(
+                r'src="data:image/svg\+xml;base64,([^"]+)"', data.get("text/html", "")
+            )
+            svg = (
+                base64.b64decode(inline.group(1)).decode() if inline else data.get("image/svg+xml")
+            )
+            if svg and "viewBox" in svg and svg_scale(svg) < SMALLEST_SCALE:
+                found.append(
+                    f"cell {cell.get('id')!r}: a graph drawn at {svg_scale(svg):.2f} of its size"
+                )
+    return found
+
+
+def svg_scale(svg: str) -> float:
+    """How much a Graphviz SVG is shrunk: its drawn width over its natural width (viewBox)."""
+    width = float(re.search(r'<svg width="([0-9.]+)pt"', svg).group(1))
+    natural = float(re.search(r'viewBox="[0-9.-]+ [0-9.-]+ ([0-9.]+)', svg).group(1))
+    return width / natural
 
 
 def test_a_dot_on_path_comes_first(tmp_path, monkeypatch):
@@ -359,7 +434,7 @@ def test_release_runs_outside_the_repository(lab, course, graded):
     nb = graded_notebook(course, "complete", lab)
     problems = errors(nb)
     assert not problems, f"{lab}, filled in, fails outside the repository:\n" + "\n".join(problems)
-    shown = student_view_problems(nb)
+    shown = student_view_problems(nb) + unreadable_pictures(nb)
     assert not shown, f"{lab}, filled in, shows a student too much:\n" + "\n".join(shown)
     if lab in {"lab01_graph", "lab02_backprop"}:
         pictures = [
@@ -383,5 +458,5 @@ def test_a_blank_release_says_one_sentence_where_work_is_left(lab, course, grade
     checks = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
     failed = [c for c in checks if any(o.output_type == "error" for o in c.outputs)]
     assert failed, f"{lab}: no check failed on the blank release: were the exercises run?"
-    shown = student_view_problems(nb)
+    shown = student_view_problems(nb) + unreadable_pictures(nb)
     assert not shown, f"{lab}, as released, shows a student too much:\n" + "\n".join(shown)
