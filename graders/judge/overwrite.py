@@ -127,7 +127,7 @@ def restore(nb, released: dict[str, dict]):
         grade_id = meta.get("grade_id") if isinstance(meta, dict) else None
         if isinstance(grade_id, str) and grade_id in released and grade_id not in seen:
             cell.metadata["nbgrader"] = copy.deepcopy(released[grade_id])
-            retype(cell, released[grade_id]["cell_type"])
+            retype(cell, released[grade_id].get("cell_type", cell.cell_type))
             seen.add(grade_id)
         else:
             del cell.metadata["nbgrader"]
