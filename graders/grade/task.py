@@ -17,7 +17,6 @@ here and reported as a reason: a task never raises for a hand-in's sake.
 
 from __future__ import annotations
 
-import copy
 import fcntl
 import hashlib
 import os
@@ -37,6 +36,7 @@ from graders.formats import gradebook, references, timings, wire
 from graders.formats.timings import TOTAL, Clock, Phase
 from graders.formats.verdict import VERDICT, Verdict, Verdicts
 from graders.formats.wire import Course, LocalJob, Result, Scores
+from graders.judge import overwrite
 from graders.sandbox import sandbox_host, sandbox_kernel
 from graders.sandbox.sandbox_argv import KERNEL_THREADS
 
@@ -65,25 +65,16 @@ def assignments_only(gradebook: Path, out: Path) -> Path:
 
 def restore_metadata(nb, release):
     """Give every nbgrader cell its metadata as released (points, type of cell, lock), and
-    take it from cells that were not released as such (a forged or duplicated test cell).
-    nbgrader then restores the cells' sources from the gradebook as usual."""
+    take it from cells that were not released as such (a forged or duplicated test cell):
+    the release's own metadata, by the function nbgrader's sanitizing step of this course
+    uses with the gradebook's (graders/judge/overwrite.py, `RestoreMetadata`). nbgrader then
+    restores the cells' sources from the gradebook as usual."""
     released = {
         c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]
         for c in release.cells
         if "nbgrader" in c.get("metadata", {})
     }
-    seen = set()
-    for cell in nb.cells:
-        meta = cell.get("metadata", {}).get("nbgrader")
-        if meta is None:
-            continue
-        grade_id = meta.get("grade_id") if isinstance(meta, dict) else None
-        if grade_id in released and grade_id not in seen:
-            cell.metadata["nbgrader"] = copy.deepcopy(released[grade_id])
-            seen.add(grade_id)
-        else:
-            del cell.metadata["nbgrader"]
-    return nb
+    return overwrite.restore(nb, released)
 
 
 def failure_reason(log: str) -> str:

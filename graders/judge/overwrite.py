@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 
 import nbformat
+from nbconvert.preprocessors import Preprocessor
 from nbgrader import utils
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import NbGraderPreprocessor
@@ -127,7 +128,7 @@ def restore(nb, released: dict[str, dict]):
         grade_id = meta.get("grade_id") if isinstance(meta, dict) else None
         if isinstance(grade_id, str) and grade_id in released and grade_id not in seen:
             cell.metadata["nbgrader"] = copy.deepcopy(released[grade_id])
-            retype(cell, released[grade_id]["cell_type"])
+            retype(cell, released[grade_id].get("cell_type", cell.cell_type))
             seen.add(grade_id)
         else:
             del cell.metadata["nbgrader"]
@@ -148,6 +149,26 @@ def retype(cell, cell_type: str) -> None:
     else:
         cell.pop("outputs", None)
         cell.pop("execution_count", None)
+
+
+class Unmarked(Preprocessor):
+    """A step of nbgrader's Validator (graders/judge/stderr.py, `teach_validate`): a notebook
+    in which no cell carries nbgrader's metadata fails validation with the sentence its
+    feedback page would show (`MALFORMED`), where nbgrader's validate finds no test cell and
+    says it passes every test: autograde grades it 0 (`OverwriteCells`)."""
+
+    def preprocess(self, nb, resources):
+        if any("nbgrader" in cell.get("metadata", {}) for cell in nb.cells):
+            return nb, resources
+        meta = {"grade": True, "grade_id": MALFORMED_ID, "locked": True, "points": 0,
+                "schema_version": 3, "solution": False}  # fmt: skip
+        cell = nbformat.v4.new_code_cell(MALFORMED, metadata={"nbgrader": meta})
+        cell["id"] = MALFORMED_ID
+        why = "this notebook has none of the released notebook's nbgrader cell metadata"
+        cell.outputs = [nbformat.v4.new_output("error", ename="NotGradable", evalue=why,
+                                               traceback=[f"NotGradable: {why}"])]  # fmt: skip
+        nb.cells.insert(0, cell)
+        return nb, resources
 
 
 class RestoreMetadata(NbGraderPreprocessor):

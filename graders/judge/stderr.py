@@ -36,10 +36,15 @@ class NeverCosts(Preprocessor):
 
 
 def teach_validate() -> None:
-    """nbgrader's Validator runs `NeverCosts` after its own steps (once per process)."""
+    """nbgrader's Validator runs `NeverCosts` after its own steps, and `Unmarked`
+    (graders/judge/overwrite.py: a notebook autograde grades 0 for want of nbgrader's metadata
+    fails, with the sentence of its feedback) (once per process)."""
     from nbgrader.validator import Validator
+
+    from graders.judge.overwrite import Unmarked
 
     trait = Validator.class_traits()["preprocessors"]
     (steps,) = trait.default_args
-    if NeverCosts not in steps:
-        trait.default_args = ([*steps, NeverCosts],)
+    added = [step for step in (NeverCosts, Unmarked) if step not in steps]
+    if added:
+        trait.default_args = ([*steps, *added],)

@@ -91,6 +91,24 @@ def test_a_notebook_without_grading_information_is_said_so_at_its_top():
     assert nb.cells[0].source == MALFORMED and nb.cells[0]["id"] == MALFORMED_ID
 
 
+def test_validate_fails_a_notebook_without_grading_information_with_the_same_sentence():
+    """nbgrader's Validator (its results read from the notebook after its steps) lists the
+    cell `Unmarked` adds as failed: plain nbgrader's finds no test cell and says it passes."""
+    from nbgrader.validator import Validator
+
+    from graders.judge.overwrite import Unmarked
+
+    nb = new_notebook(cells=[new_code_cell("x = 1"), new_code_cell("assert x")])
+    nb, _ = Unmarked().preprocess(nb, {})
+    assert nb.cells[0].source == MALFORMED and len(nb.cells) == 3
+    failed = Validator()._get_failed_cells(nb)
+    assert [c.source for c in failed] == [MALFORMED]
+    graded = new_code_cell("assert x")
+    graded.metadata["nbgrader"] = {"grade": True, "grade_id": "t", "points": 1}
+    kept = new_notebook(cells=[graded])
+    assert Unmarked().preprocess(kept, {})[0].cells == [graded]
+
+
 def test_a_notebook_with_grading_information_goes_to_nbgraders_step(monkeypatch):
     from nbgrader.preprocessors import OverwriteCells as NbgraderOverwriteCells
 

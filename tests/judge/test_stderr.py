@@ -28,10 +28,15 @@ def test_only_a_graded_cells_stderr_is_dropped():
     assert len(plain.outputs) == 3
 
 
-def test_validate_runs_it_last_and_once():
+def test_validate_runs_it_after_its_own_steps_and_once():
+    """NeverCosts, then Unmarked (graders/judge/overwrite.py: a notebook without nbgrader's
+    metadata fails validation, as autograde grades it 0), each once."""
     from nbgrader.validator import Validator
+
+    from graders.judge.overwrite import Unmarked
 
     teach_validate()
     teach_validate()
     steps = Validator().preprocessors
-    assert steps[-1] is NeverCosts and steps.count(NeverCosts) == 1
+    assert steps[-2:] == [NeverCosts, Unmarked]
+    assert steps.count(NeverCosts) == 1 and steps.count(Unmarked) == 1
