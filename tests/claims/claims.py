@@ -113,3 +113,35 @@ def lab_function(lab: str, name: str, **names):
     for the same reason as lab_class. `names`: what else it reads besides torch, nn, F, random
     and math, say `checkpoint=checkpoint`."""
     return _lab_definitions(lab, name, names)
+
+
+CHECK_HELPERS = {"check", "defined", "attempt", "CheckFailed", "_cell_frames"}
+
+
+def released_cells(lab: str) -> dict[str, str]:
+    """The source of each cell of `lab`'s release (labs/), by its grade_id."""
+    import json
+
+    cells = json.loads((REPO / "labs" / lab / f"{lab}.ipynb").read_text())["cells"]
+    return {c["metadata"].get("nbgrader", {}).get("grade_id"): "".join(c["source"]) for c in cells}
+
+
+def check_says(lab: str, grade_id: str, codes: list[str], namespace: dict) -> str | None:
+    """Run, in `namespace`, the release's check helpers (its setup cell's `check`, `defined`,
+    `attempt`), then each of `codes` (earlier cells, the answer), then the released visible
+    check `grade_id` (the cell a student runs: hidden tests stripped). The sentence of the
+    check that stopped it, or None when every check passed."""
+    cells = released_cells(lab)
+    helpers = [
+        node
+        for node in ast.parse(cells["setup"]).body
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name in CHECK_HELPERS
+    ]
+    exec(compile(ast.Module(body=helpers, type_ignores=[]), "setup", "exec"), namespace)
+    for code in codes:
+        exec(code, namespace)
+    try:
+        exec(cells[grade_id], namespace)
+    except namespace["CheckFailed"] as failed:
+        return str(failed)
+    return None

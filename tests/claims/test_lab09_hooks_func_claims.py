@@ -1069,31 +1069,12 @@ def released_check(grade_id: str, answer: str, *before: str) -> str | None:
     """Run the release's cells `before` (by grade id), answer code `answer`, then the released
     visible check `grade_id` (hidden tests stripped) with the release's check helpers; return
     the sentence of the check that stopped it, or None when every check passed."""
-    import ast
-    import json
+    from claims import check_says, released_cells
 
-    from claims import REPO
-
-    cells = {
-        c["metadata"].get("nbgrader", {}).get("grade_id"): "".join(c["source"])
-        for c in json.loads((REPO / "labs" / LAB / f"{LAB}.ipynb").read_text())["cells"]
-    }
-    names = {"check", "defined", "attempt", "CheckFailed", "_cell_frames"}
-    helpers = [
-        node
-        for node in ast.parse(cells["setup"]).body
-        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name in names
-    ]
+    cells = released_cells(LAB)
     namespace = {"torch": torch, "F": F, "nn": nn, "random": random, "checkpoint": checkpoint}
     namespace.update(os=__import__("os"), re=__import__("re"))
-    exec(compile(ast.Module(body=helpers, type_ignores=[]), "setup", "exec"), namespace)
-    for code in [*(cells[b] for b in before), answer]:
-        exec(code, namespace)
-    try:
-        exec(cells[grade_id], namespace)
-    except namespace["CheckFailed"] as failed:
-        return str(failed)
-    return None
+    return check_says(LAB, grade_id, [*(cells[b] for b in before), answer], namespace)
 
 
 @pytest.mark.parametrize(
